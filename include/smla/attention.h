@@ -1,0 +1,56 @@
+// Sparse MLA attention (DeepSeek-V4 / V3.2) over paged KV caches.
+//
+// Semantics (spec sections 1.10 and 5.1), per query token t and head h:
+//   candidates = the first lengths[t] entries of each index set; an entry is
+//   attended when it is >= 0 and < the cache's slot count; its row is read
+//   only then (garbage or NaN elsewhere in the cache never reaches the output).
+//   s_j = softmax_scale * <q[t,h], k_j> over d_qk dims; v_j = first d_v dims of k_j.
+//   out = sum_j exp(s_j) v_j / (exp(sink[h]) + sum_j exp(s_j))
+//   lse = log(sum_j exp(s_j))      (natural log, sink excluded)
+//   A row with nothing to attend: out = 0, lse = +inf. sink = +inf: out = 0.
+//   Duplicate indices are attended as many times as they appear.
+#pragma once
+
+#include <optional>
+
+#include "smla/backend.h"
+#include "smla/kv_format.h"
+#include "smla/status.h"
+#include "smla/tensor.h"
+
+namespace smla {
+
+// Decode, and prefill read directly from the paged caches: every query token
+// is its own row with its own index lists. T = number of query tokens.
+struct SparseDecodeArgs {
+  TensorView q;                         // [T, h_q, d_qk] bf16
+  KvCacheView main_cache;               // sliding-window cache (V4) or the V3.2 cache
+  TensorView main_indices;              // [T, k_main] i32 global slots (page * page_size + offset)
+  TensorView main_lengths;              // [T] i32, may be absent (= k_main for every token)
+  std::optional<KvCacheView> extra_cache;  // compressed cache, same format, own page size
+  TensorView extra_indices;             // [T, k_extra] i32; required with extra_cache
+  TensorView extra_lengths;             // [T] i32, may be absent
+  TensorView sink;                      // [h_q] f32, may be absent (= -inf)
+  float softmax_scale = 0.0f;
+  TensorView out;                       // [T, h_q, d_v] bf16 (written)
+  TensorView lse;                       // [T, h_q] f32 (written), may be absent
+};
+
+// Prefill over a flat bf16 KV workspace (FlashMLA sparse prefill contract).
+struct SparsePrefillArgs {
+  TensorView q;             // [s_q, h_q, d_qk] bf16
+  TensorView kv;            // [s_kv, d_qk] bf16; value = first d_v dims
+  TensorView indices;       // [s_q, topk] i32; -1 or >= s_kv is not attended
+  TensorView topk_length;   // [s_q] i32, may be absent (= topk)
+  TensorView sink;          // [h_q] f32, may be absent
+  float softmax_scale = 0.0f;
+  int d_v = 512;
+  TensorView out;           // [s_q, h_q, d_v] bf16 (written)
+  TensorView max_logits;    // [s_q, h_q] f32 (written), may be absent; -inf for empty rows
+  TensorView lse;           // [s_q, h_q] f32 (written), may be absent; natural log, +inf for empty rows
+};
+
+Status sparse_decode(const SparseDecodeArgs& args, Backend backend = Backend::kAuto);
+Status sparse_prefill(const SparsePrefillArgs& args, Backend backend = Backend::kAuto);
+
+}  // namespace smla

@@ -1,0 +1,79 @@
+#include "smla/kv_format.h"
+
+#include <fmt/format.h>
+
+namespace smla {
+
+KvFormatInfo kv_format_info(KvFormat format) {
+  return visit_kv_format(format, [format](auto traits) {
+    using Traits = decltype(traits);
+    KvFormatInfo info{};
+    info.format = format;
+    info.name = Traits::kName;
+    info.head_dim = Traits::kHeadDim;
+    info.value_dim = Traits::kValueDim;
+    info.bytes_per_token = Traits::kBytesPerToken;
+    if constexpr (Traits::kFormat == KvFormat::kBf16Rows) {
+      info.storage_dtype = DType::kBF16;
+      info.row_elements = Traits::kHeadDim;
+    } else if constexpr (Traits::kFormat == KvFormat::kFp8Rows) {
+      info.storage_dtype = DType::kE4M3;
+      info.row_elements = Traits::kHeadDim;
+    } else {
+      info.storage_dtype = DType::kU8;
+      info.row_elements = Traits::kBytesPerToken;
+    }
+    return info;
+  });
+}
+
+std::string_view kv_format_name(KvFormat format) { return kv_format_info(format).name; }
+
+Expected<KvFormat> parse_kv_format(std::string_view name) {
+  for (KvFormat f : {KvFormat::kV4Fp8, KvFormat::kV32Fp8, KvFormat::kBf16Rows, KvFormat::kFp8Rows}) {
+    if (kv_format_name(f) == name) return f;
+  }
+  return invalid_argument("kv format", "one of v4-fp8, v32-fp8, bf16-rows, fp8-rows", fmt::format("'{}'", name));
+}
+
+std::int64_t KvCacheView::page_stride_bytes() const {
+  return pages.stride[0] * static_cast<std::int64_t>(dtype_size(pages.dtype));
+}
+
+Status validate_kv_cache(const KvCacheView& cache, std::string_view name) {
+  const KvFormatInfo info = kv_format_info(cache.format);
+  const TensorView& t = cache.pages;
+  if (!t.present()) return invalid_argument(name, "a cache tensor", "an absent tensor");
+  if (t.rank != 3) {
+    return invalid_argument(name, fmt::format("rank 3 [num_pages, page_size, {}]", info.row_elements),
+                            fmt::format("rank {} {}", t.rank, t.shape_string()));
+  }
+  if (t.dtype != info.storage_dtype) {
+    return invalid_argument(name, fmt::format("dtype {} for format {}", dtype_name(info.storage_dtype), info.name),
+                            dtype_name(t.dtype));
+  }
+  if (t.shape[2] != info.row_elements) {
+    return invalid_argument(name, fmt::format("last dim {} for format {}", info.row_elements, info.name),
+                            t.shape_string());
+  }
+  if (t.shape[0] < 0 || t.shape[1] < 1) {
+    return invalid_argument(name, "num_pages >= 0 and page_size >= 1", t.shape_string());
+  }
+  if (t.stride[2] != 1 || t.stride[1] != info.row_elements) {
+    return invalid_argument(name, fmt::format("row strides [*, {}, 1] (rows packed inside a page)", info.row_elements),
+                            t.describe());
+  }
+  const std::int64_t content = static_cast<std::int64_t>(info.bytes_per_token) * t.shape[1];
+  if (t.shape[0] > 1 && cache.page_stride_bytes() < content) {
+    return invalid_argument(name, fmt::format("page stride >= {} bytes ({} tokens x {} B)", content, t.shape[1],
+                                              info.bytes_per_token),
+                            fmt::format("{} bytes", cache.page_stride_bytes()));
+  }
+  if (t.numel() > 0 && t.data == nullptr) return invalid_argument(name, "non-null data", "nullptr");
+  if (cache.format == KvFormat::kFp8Rows && !(cache.fp8_scale > 0.0f && std::isfinite(cache.fp8_scale))) {
+    return invalid_argument(fmt::format("{}.fp8_scale", name), "a finite positive scale", fmt::format("{}", cache.fp8_scale));
+  }
+  return Status::Ok();
+}
+
+}  // namespace smla

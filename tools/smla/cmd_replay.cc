@@ -1,0 +1,15 @@
+#include <fmt/core.h>
+
+#include "tools/smla/commands.h"
+
+namespace smla::cli {
+
+void add_replay_command(CLI::App& app, int& exit_code) {
+  auto* cmd = app.add_subcommand("replay", "(not yet implemented)");
+  cmd->callback([&exit_code] {
+    fmt::print(stderr, "smla replay: not implemented yet\n");
+    exit_code = 2;
+  });
+}
+
+}  // namespace smla::cli
