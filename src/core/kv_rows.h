@@ -1,0 +1,102 @@
+// Internal: encode/decode one token row of a paged cache, for every format.
+// Shared by the codecs, the reference, the CPU backend and (host-device) the
+// CUDA kernels, so the byte layout is interpreted in exactly one place.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "smla/kv_format.h"
+#include "smla/numeric.h"
+
+namespace smla::detail {
+
+SMLA_HOST_DEVICE bool is_finite_f32(float x) { return (f32_bits(x) & 0x7F800000u) != 0x7F800000u; }
+
+SMLA_HOST_DEVICE std::uint16_t load_u16(const std::uint8_t* p) {
+  std::uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+SMLA_HOST_DEVICE void store_u16(std::uint8_t* p, std::uint16_t v) { std::memcpy(p, &v, 2); }
+
+// Quantizes `count` values that are already bf16-representable with one
+// power-of-two scale (the production rule, kv_format.h). Returns the exponent.
+SMLA_HOST_DEVICE int quantize_tile(const float* x, int count, std::uint8_t* codes) {
+  float amax = 0.0f;
+  for (int i = 0; i < count; ++i) {
+    const float a = x[i] < 0 ? -x[i] : x[i];
+    if (is_finite_f32(a) && a > amax) amax = a;
+  }
+  const int e = fp8_tile_exponent(amax);
+  for (int i = 0; i < count; ++i) codes[i] = f32_to_e4m3(std::ldexp(x[i], -e));
+  return e;
+}
+
+// Decodes token t of `page` (the page's first byte) into out[Format::kHeadDim].
+template <class Format>
+SMLA_HOST_DEVICE void decode_token(const std::uint8_t* page, std::int64_t page_size, std::int64_t t, float fp8_scale,
+                                   float* out) {
+  if constexpr (Format::kFormat == KvFormat::kV4Fp8 || Format::kFormat == KvFormat::kV32Fp8) {
+    const std::uint8_t* nope = page + Format::nope_offset(t, page_size);
+    const std::uint8_t* scales = page + Format::scale_offset(t, page_size);
+    const std::uint8_t* rope = page + Format::rope_offset(t, page_size);
+    for (int tile = 0; tile < Format::kNumTiles; ++tile) {
+      float scale;
+      if constexpr (Format::kFormat == KvFormat::kV4Fp8) {
+        scale = ue8m0_to_f32(scales[tile]);
+      } else {
+        std::memcpy(&scale, scales + 4 * tile, 4);
+      }
+      for (int i = tile * Format::kTile; i < (tile + 1) * Format::kTile; ++i) out[i] = e4m3_to_f32(nope[i]) * scale;
+    }
+    for (int i = 0; i < Format::kRopeDim; ++i) out[Format::kNopeDim + i] = bf16_to_f32(load_u16(rope + 2 * i));
+  } else if constexpr (Format::kFormat == KvFormat::kBf16Rows) {
+    const std::uint8_t* row = page + t * Format::kBytesPerToken;
+    for (int i = 0; i < Format::kHeadDim; ++i) out[i] = bf16_to_f32(load_u16(row + 2 * i));
+  } else {
+    const std::uint8_t* row = page + t * Format::kBytesPerToken;
+    for (int i = 0; i < Format::kHeadDim; ++i) out[i] = e4m3_to_f32(row[i]) * fp8_scale;
+  }
+}
+
+// Encodes row[Format::kHeadDim] (any f32; rounded to bf16 first, as the
+// production writers do) as token t of `page`.
+template <class Format>
+SMLA_HOST_DEVICE void encode_token(const float* row, std::uint8_t* page, std::int64_t page_size, std::int64_t t,
+                                   float fp8_scale) {
+  if constexpr (Format::kFormat == KvFormat::kV4Fp8 || Format::kFormat == KvFormat::kV32Fp8) {
+    std::uint8_t* nope = page + Format::nope_offset(t, page_size);
+    std::uint8_t* scales = page + Format::scale_offset(t, page_size);
+    std::uint8_t* rope = page + Format::rope_offset(t, page_size);
+    float tile_values[Format::kTile];
+    for (int tile = 0; tile < Format::kNumTiles; ++tile) {
+      for (int i = 0; i < Format::kTile; ++i) tile_values[i] = round_to_bf16(row[tile * Format::kTile + i]);
+      const int e = quantize_tile(tile_values, Format::kTile, nope + tile * Format::kTile);
+      if constexpr (Format::kFormat == KvFormat::kV4Fp8) {
+        scales[tile] = ue8m0_from_exponent(e);
+      } else {
+        const float scale = std::ldexp(1.0f, e);
+        std::memcpy(scales + 4 * tile, &scale, 4);
+      }
+    }
+    if constexpr (Format::kFormat == KvFormat::kV4Fp8) scales[Format::kNumTiles] = 0;  // pad byte
+    for (int i = 0; i < Format::kRopeDim; ++i) store_u16(rope + 2 * i, f32_to_bf16(row[Format::kNopeDim + i]));
+  } else if constexpr (Format::kFormat == KvFormat::kBf16Rows) {
+    std::uint8_t* out = page + t * Format::kBytesPerToken;
+    for (int i = 0; i < Format::kHeadDim; ++i) store_u16(out + 2 * i, f32_to_bf16(row[i]));
+  } else {
+    std::uint8_t* out = page + t * Format::kBytesPerToken;
+    for (int i = 0; i < Format::kHeadDim; ++i) out[i] = f32_to_e4m3(round_to_bf16(row[i]) / fp8_scale);
+  }
+}
+
+// Byte address of the page holding `slot` and the entry inside it. The caller
+// has checked 0 <= slot < cache.num_slots().
+inline const std::uint8_t* page_of_slot(const KvCacheView& cache, std::int64_t slot, std::int64_t* entry) {
+  const std::int64_t page = slot / cache.page_size();
+  *entry = slot % cache.page_size();
+  return static_cast<const std::uint8_t*>(cache.pages.data) + page * cache.page_stride_bytes();
+}
+
+}  // namespace smla::detail
