@@ -93,10 +93,13 @@ SMLA_HOST_DEVICE void encode_token(const float* row, std::uint8_t* page, std::in
 
 // Byte address of the page holding `slot` and the entry inside it. The caller
 // has checked 0 <= slot < cache.num_slots().
-inline const std::uint8_t* page_of_slot(const KvCacheView& cache, std::int64_t slot, std::int64_t* entry) {
+inline std::uint8_t* writable_page_of_slot(const KvCacheView& cache, std::int64_t slot, std::int64_t* entry) {
   const std::int64_t page = slot / cache.page_size();
   *entry = slot % cache.page_size();
-  return static_cast<const std::uint8_t*>(cache.pages.data) + page * cache.page_stride_bytes();
+  return static_cast<std::uint8_t*>(cache.pages.data) + page * cache.page_stride_bytes();
+}
+inline const std::uint8_t* page_of_slot(const KvCacheView& cache, std::int64_t slot, std::int64_t* entry) {
+  return writable_page_of_slot(cache, slot, entry);
 }
 
 }  // namespace smla::detail

@@ -1,9 +1,13 @@
-// CPU backend registration. The SIMD kernels arrive with issue 5; until then
-// the backend reports itself unavailable.
+// CPU backend registration: multithreaded Highway SIMD kernels, selected by
+// default when no GPU is present (resolve_backend).
 #include "src/core/backend_ops.h"
+#include "src/cpu/cpu_attention.h"
 
 namespace smla::detail {
 
-const BackendOps* cpu_backend_ops() { return nullptr; }
+const BackendOps* cpu_backend_ops() {
+  static const BackendOps ops{Backend::kCpu, &cpu::sparse_decode, &cpu::sparse_prefill};
+  return &ops;
+}
 
 }  // namespace smla::detail

@@ -1,14 +1,91 @@
 #include <fmt/core.h>
 
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "smla/backend.h"
+#include "smla/kv_format.h"
 #include "tools/smla/commands.h"
 
 namespace smla::cli {
 
+namespace {
+
+// The page sizes the DeepSeek-V4 caches use: 64 (SWA and C4A), 2 (C128A).
+constexpr std::int64_t kPageSizes[] = {64, 2};
+constexpr KvFormat kFormats[] = {KvFormat::kV4Fp8, KvFormat::kV32Fp8, KvFormat::kBf16Rows, KvFormat::kFp8Rows};
+constexpr Backend kBackends[] = {Backend::kReference, Backend::kCpu, Backend::kCuda};
+
+struct FormatSummary {
+  KvFormatInfo info;
+  std::vector<std::int64_t> page_bytes;  // one per kPageSizes entry
+};
+
+FormatSummary summarize(KvFormat format) {
+  FormatSummary summary{kv_format_info(format), {}};
+  visit_kv_format(format, [&summary](auto traits) {
+    for (std::int64_t page_size : kPageSizes) summary.page_bytes.push_back(decltype(traits)::page_bytes(page_size));
+  });
+  return summary;
+}
+
+nlohmann::json info_json() {
+  nlohmann::json formats = nlohmann::json::array();
+  for (KvFormat format : kFormats) {
+    const FormatSummary s = summarize(format);
+    nlohmann::json page_bytes = nlohmann::json::object();
+    for (std::size_t i = 0; i < s.page_bytes.size(); ++i) page_bytes[std::to_string(kPageSizes[i])] = s.page_bytes[i];
+    formats.push_back({{"name", s.info.name},
+                       {"head_dim", s.info.head_dim},
+                       {"value_dim", s.info.value_dim},
+                       {"bytes_per_token", s.info.bytes_per_token},
+                       {"storage_dtype", dtype_name(s.info.storage_dtype)},
+                       {"row_elements", s.info.row_elements},
+                       {"page_bytes", page_bytes}});
+  }
+  nlohmann::json backends = nlohmann::json::array();
+  for (Backend backend : kBackends) {
+    backends.push_back({{"name", backend_name(backend)}, {"available", backend_available(backend)}});
+  }
+  return {{"version", SMLA_VERSION},
+          {"formats", formats},
+          {"backends", backends},
+          {"auto_backend", backend_name(resolve_backend(Backend::kAuto))}};
+}
+
+void print_info_text() {
+  fmt::print("smla {}\n\nKV formats:\n", SMLA_VERSION);
+  fmt::print("  {:<10} {:>8} {:>9} {:>11} {:>13} {:>12} {:>9}\n", "format", "head_dim", "value_dim", "bytes/token",
+             "page B @64", "page B @2", "storage");
+  for (KvFormat format : kFormats) {
+    const FormatSummary s = summarize(format);
+    fmt::print("  {:<10} {:>8} {:>9} {:>11} {:>13} {:>12} {:>9}\n", s.info.name, s.info.head_dim, s.info.value_dim,
+               s.info.bytes_per_token, s.page_bytes[0], s.page_bytes[1],
+               fmt::format("{}[{}]", dtype_name(s.info.storage_dtype), s.info.row_elements));
+  }
+  fmt::print("\nBackends:\n");
+  for (Backend backend : kBackends) {
+    fmt::print("  {:<10} {}\n", backend_name(backend), backend_available(backend) ? "available" : "not available");
+  }
+  fmt::print("  auto       -> {}\n", backend_name(resolve_backend(Backend::kAuto)));
+}
+
+}  // namespace
+
 void add_info_command(CLI::App& app, int& exit_code) {
-  auto* cmd = app.add_subcommand("info", "(not yet implemented)");
-  cmd->callback([&exit_code] {
-    fmt::print(stderr, "smla info: not implemented yet\n");
-    exit_code = 2;
+  auto* cmd = app.add_subcommand("info", "Print the version, the KV formats with their byte sizes and the backends");
+  auto as_json = std::make_shared<bool>(false);
+  cmd->add_flag("--json", *as_json, "Print the same information as JSON");
+  cmd->callback([&exit_code, as_json] {
+    if (*as_json) {
+      fmt::print("{}\n", info_json().dump(2));
+    } else {
+      print_info_text();
+    }
+    exit_code = 0;
   });
 }
 

@@ -1,0 +1,382 @@
+// smla_bench_cuda: the GPU decode set (bench/cases/gpu.json, see
+// shared/bench/cases.md) on the cuda backend through the explicit-workspace
+// API. Per case: synthetic random caches filled on the device, random distinct
+// indices per token through random block tables, sink on; per run a 256 MB
+// L2-flush memset, then CUDA events around the attention (+ combine) kernels;
+// median of --runs runs after --warmup runs. Reports us, TFLOPS, GB/s on the
+// FlashMLA counting basis, the share of the measured H100 ceilings and the
+// throughput relative to the FlashMLA figure stored with the case. Cases with
+// b <= --check-max-b are also compared with the float64 reference backend.
+//
+//   smla_bench_cuda [--cases FILE] [--json OUT] [--runs N] [--warmup N] [--filter TEXT] [--check-max-b N]
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "bench/cuda/synthetic_fill.h"
+#include "smla/attention.h"
+#include "smla/cuda.h"
+#include "tests/unit/cuda/device_copy.h"
+#include "testkit/testkit.h"
+
+namespace smla::bench {
+namespace {
+
+using cudatest::check_cuda;
+using cudatest::DeviceBuffer;
+
+constexpr double kMeasuredCopyTBps = 3.0;     // H100 device-to-device copy, read + write
+constexpr double kMeasuredBf16Tflops = 800.0;  // H100 8192^3 bf16 GEMM
+constexpr std::size_t kFlushBytes = 256u << 20;
+
+struct Options {
+  std::string cases_path = std::string(SMLA_BENCH_CASES_DIR) + "/gpu.json";
+  std::string json_path = "gpu_bench.json";
+  int runs = 30;
+  int warmup = 5;
+  int check_max_b = 2;
+  std::string filter;
+};
+
+struct Case {
+  std::string label;
+  std::int64_t b = 1, s_q = 1, h_q = 64;
+  KvFormat format = KvFormat::kV4Fp8;
+  std::int64_t main_topk = 128, main_page = 64, main_context = 16384;
+  std::int64_t extra_topk = 0, extra_page = 64, extra_context = 16384;
+  bool random_extra_lengths = false;
+  double peer_us = 0.0;
+};
+
+// One cache on the device: b requests of `context` tokens each, block tables random.
+struct SyntheticCache {
+  KvFormat format;
+  std::int64_t page_size = 0, pages_per_request = 0, num_pages = 0, page_stride = 0;
+  DeviceBuffer pages;
+  std::vector<std::int64_t> block_table;  // [request * pages_per_request + logical] -> physical page
+
+  KvCacheView view() const {
+    const KvFormatInfo info = kv_format_info(format);
+    KvCacheView cache;
+    cache.format = format;
+    cache.pages = TensorView::strided(pages.data(), DType::kU8, {num_pages, page_size, info.row_elements},
+                                      {page_stride, info.row_elements, 1}, cudatest::current_cuda_device());
+    return cache;
+  }
+};
+
+SyntheticCache make_cache(KvFormat format, std::int64_t b, std::int64_t context, std::int64_t page_size,
+                          std::mt19937_64& rng, std::uint64_t seed) {
+  SyntheticCache cache;
+  cache.format = format;
+  cache.page_size = page_size;
+  cache.pages_per_request = (context + page_size - 1) / page_size;
+  cache.num_pages = b * cache.pages_per_request;
+  cache.page_stride = visit_kv_format(format, [&](auto traits) { return decltype(traits)::page_bytes(page_size); });
+  cache.pages = DeviceBuffer(static_cast<std::size_t>(cache.num_pages * cache.page_stride));
+  check_cuda(fill_fp8_pages(format, static_cast<std::uint8_t*>(cache.pages.data()), cache.num_pages, page_size,
+                            cache.page_stride, seed, nullptr),
+             "fill pages");
+  cache.block_table.resize(static_cast<std::size_t>(cache.num_pages));
+  for (std::int64_t i = 0; i < cache.num_pages; ++i) cache.block_table[static_cast<std::size_t>(i)] = i;
+  std::shuffle(cache.block_table.begin(), cache.block_table.end(), rng);
+  return cache;
+}
+
+// Random distinct positions of each token's request mapped to global slots.
+std::vector<std::int32_t> make_indices(const SyntheticCache& cache, std::int64_t b, std::int64_t s_q,
+                                       std::int64_t topk, std::int64_t context, std::mt19937_64& rng) {
+  std::vector<std::int32_t> indices(static_cast<std::size_t>(b * s_q * topk));
+  std::vector<std::int64_t> pool(static_cast<std::size_t>(context));
+  for (std::int64_t r = 0; r < b; ++r) {
+    for (std::int64_t t = 0; t < s_q; ++t) {
+      for (std::int64_t i = 0; i < context; ++i) pool[static_cast<std::size_t>(i)] = i;
+      for (std::int64_t k = 0; k < topk; ++k) {
+        std::uniform_int_distribution<std::int64_t> pick(k, context - 1);
+        std::swap(pool[static_cast<std::size_t>(k)], pool[static_cast<std::size_t>(pick(rng))]);
+        const std::int64_t position = pool[static_cast<std::size_t>(k)];
+        const std::int64_t page =
+            cache.block_table[static_cast<std::size_t>(r * cache.pages_per_request + position / cache.page_size)];
+        indices[static_cast<std::size_t>((r * s_q + t) * topk + k)] =
+            static_cast<std::int32_t>(page * cache.page_size + position % cache.page_size);
+      }
+    }
+  }
+  return indices;
+}
+
+// Distinct attended slots (positions >= length count as one -1 entry, as FlashMLA's test does).
+std::int64_t retrieved_tokens(const std::vector<std::int32_t>& indices, std::int64_t topk,
+                              const std::vector<std::int32_t>* lengths) {
+  std::unordered_set<std::int32_t> distinct;
+  const std::int64_t tokens = static_cast<std::int64_t>(indices.size()) / std::max<std::int64_t>(topk, 1);
+  for (std::int64_t t = 0; t < tokens; ++t) {
+    const std::int64_t len = lengths == nullptr ? topk : (*lengths)[static_cast<std::size_t>(t)];
+    for (std::int64_t k = 0; k < topk; ++k) distinct.insert(k < len ? indices[static_cast<std::size_t>(t * topk + k)] : -1);
+  }
+  return static_cast<std::int64_t>(distinct.size());
+}
+
+template <class T>
+DeviceBuffer upload(const std::vector<T>& host) {
+  DeviceBuffer buffer(host.size() * sizeof(T));
+  if (!host.empty()) check_cuda(cudaMemcpy(buffer.data(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), "upload");
+  return buffer;
+}
+
+std::vector<std::uint8_t> download(const DeviceBuffer& buffer) {
+  std::vector<std::uint8_t> host(buffer.bytes());
+  check_cuda(cudaMemcpy(host.data(), buffer.data(), buffer.bytes(), cudaMemcpyDeviceToHost), "download");
+  return host;
+}
+
+TensorView on_host(TensorView view, void* data) {
+  view.data = data;
+  view.device = Device{};
+  return view;
+}
+
+nlohmann::json run_case(const Case& c, const Options& o, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const std::int64_t T = c.b * c.s_q;
+  const int d_qk = kv_format_info(c.format).head_dim;
+  const int d_v = kv_format_info(c.format).value_dim;
+  const Device device = cudatest::current_cuda_device();
+
+  SyntheticCache main_cache = make_cache(c.format, c.b, c.main_context, c.main_page, rng, seed + 1);
+  std::vector<std::int32_t> main_indices = make_indices(main_cache, c.b, c.s_q, c.main_topk, c.main_context, rng);
+  const bool has_extra = c.extra_topk > 0;
+  SyntheticCache extra_cache;
+  std::vector<std::int32_t> extra_indices, extra_lengths;
+  if (has_extra) {
+    extra_cache = make_cache(c.format, c.b, c.extra_context, c.extra_page, rng, seed + 2);
+    extra_indices = make_indices(extra_cache, c.b, c.s_q, c.extra_topk, c.extra_context, rng);
+    if (c.random_extra_lengths) {
+      std::uniform_int_distribution<std::int32_t> pick(0, static_cast<std::int32_t>(c.extra_topk));
+      for (std::int64_t r = 0; r < c.b; ++r) {
+        const std::int32_t len = pick(rng);
+        for (std::int64_t t = 0; t < c.s_q; ++t) extra_lengths.push_back(len);
+      }
+    }
+  }
+  std::vector<float> sink(static_cast<std::size_t>(c.h_q));
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (float& s : sink) s = normal(rng);
+
+  DeviceBuffer q(static_cast<std::size_t>(T * c.h_q * d_qk * 2));
+  check_cuda(fill_bf16(static_cast<std::uint16_t*>(q.data()), T * c.h_q * d_qk, seed + 3, nullptr), "fill q");
+  DeviceBuffer d_main_indices = upload(main_indices);
+  DeviceBuffer d_extra_indices = upload(extra_indices);
+  DeviceBuffer d_extra_lengths = upload(extra_lengths);
+  DeviceBuffer d_sink = upload(sink);
+  DeviceBuffer out(static_cast<std::size_t>(T * c.h_q * d_v * 2));
+  DeviceBuffer lse(static_cast<std::size_t>(T * c.h_q * 4));
+
+  SparseDecodeArgs args;
+  args.q = TensorView::contiguous(q.data(), DType::kBF16, {T, c.h_q, d_qk}, device);
+  args.main_cache = main_cache.view();
+  args.main_indices = TensorView::contiguous(d_main_indices.data(), DType::kI32, {T, c.main_topk}, device);
+  if (has_extra) {
+    args.extra_cache = extra_cache.view();
+    args.extra_indices = TensorView::contiguous(d_extra_indices.data(), DType::kI32, {T, c.extra_topk}, device);
+    if (c.random_extra_lengths) args.extra_lengths = TensorView::contiguous(d_extra_lengths.data(), DType::kI32, {T}, device);
+  }
+  args.sink = TensorView::contiguous(d_sink.data(), DType::kF32, {c.h_q}, device);
+  args.softmax_scale = 1.0f / std::sqrt(static_cast<float>(d_qk == 576 ? 512 : d_qk));
+  args.out = TensorView::contiguous(out.data(), DType::kBF16, {T, c.h_q, d_v}, device);
+  args.lse = TensorView::contiguous(lse.data(), DType::kF32, {T, c.h_q}, device);
+
+  auto workspace_bytes = cuda_sparse_decode_workspace_size(args);
+  if (!workspace_bytes) throw std::runtime_error(workspace_bytes.status().to_string());
+  DeviceBuffer workspace(*workspace_bytes);
+  DeviceBuffer flush(kFlushBytes);
+  cudaStream_t stream = nullptr;
+  check_cuda(cudaStreamCreate(&stream), "stream");
+  cudaEvent_t start = nullptr, stop = nullptr;
+  check_cuda(cudaEventCreate(&start), "event");
+  check_cuda(cudaEventCreate(&stop), "event");
+  std::vector<float> times;
+  for (int run = 0; run < o.warmup + o.runs; ++run) {
+    check_cuda(cudaMemsetAsync(flush.data(), run & 0xFF, kFlushBytes, stream), "flush");
+    check_cuda(cudaEventRecord(start, stream), "record");
+    const Status status = cuda_sparse_decode(args, workspace.data(), *workspace_bytes, stream);
+    if (!status.ok()) throw std::runtime_error(status.to_string());
+    check_cuda(cudaEventRecord(stop, stream), "record");
+    check_cuda(cudaEventSynchronize(stop), "sync");
+    float ms = 0.0f;
+    check_cuda(cudaEventElapsedTime(&ms, start, stop), "elapsed");
+    if (run >= o.warmup) times.push_back(ms * 1000.0f);
+  }
+  check_cuda(cudaDeviceSynchronize(), "sync");
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  cudaStreamDestroy(stream);
+  std::sort(times.begin(), times.end());
+  const double median_us = times[times.size() / 2];
+
+  // FlashMLA counting basis.
+  std::int64_t attended = T * c.main_topk;
+  if (has_extra) {
+    if (c.random_extra_lengths) {
+      for (std::int32_t len : extra_lengths) attended += len;
+    } else {
+      attended += T * c.extra_topk;
+    }
+  }
+  const std::int64_t token_bytes = c.format == KvFormat::kV4Fp8 ? 576 : 656;
+  std::int64_t retrieved = retrieved_tokens(main_indices, c.main_topk, nullptr);
+  if (has_extra) retrieved += retrieved_tokens(extra_indices, c.extra_topk, c.random_extra_lengths ? &extra_lengths : nullptr);
+  const double flop = 2.0 * static_cast<double>(c.h_q) * static_cast<double>(attended) * (d_qk + d_v);
+  const double bytes = 2.0 * T * c.h_q * d_qk + static_cast<double>(retrieved) * token_bytes + 2.0 * T * c.h_q * d_v;
+  const double true_bytes = static_cast<double>(retrieved) * kv_format_info(c.format).bytes_per_token +
+                            4.0 * T * (c.main_topk + c.extra_topk) + 2.0 * T * c.h_q * d_qk + 2.0 * T * c.h_q * d_v +
+                            2.0 * static_cast<double>(*workspace_bytes);
+  const double tflops = flop / (median_us * 1e-6) / 1e12;
+  const double gbps = bytes / (median_us * 1e-6) / 1e9;
+
+  nlohmann::json result = {{"label", c.label}, {"b", c.b}, {"s_q", c.s_q}, {"h_q", c.h_q},
+                           {"format", std::string(kv_format_name(c.format))}, {"main_topk", c.main_topk},
+                           {"extra_topk", c.extra_topk}, {"median_us", median_us}, {"min_us", times.front()},
+                           {"max_us", times.back()}, {"runs", o.runs}, {"tflops", tflops}, {"gbps", gbps},
+                           {"true_gbps", true_bytes / (median_us * 1e-6) / 1e9},
+                           {"pct_copy_ceiling", 100.0 * gbps / (kMeasuredCopyTBps * 1e3)},
+                           {"pct_gemm_ceiling", 100.0 * tflops / kMeasuredBf16Tflops}, {"flop", flop},
+                           {"bytes", bytes}, {"workspace_bytes", *workspace_bytes}, {"peer_us", c.peer_us},
+                           {"vs_peer_throughput", c.peer_us > 0 ? c.peer_us / median_us : 0.0}};
+
+  if (c.b <= o.check_max_b) {  // the float64 reference on host copies of the same bytes
+    std::vector<std::uint8_t> h_q = download(q), h_main = download(main_cache.pages), h_out = download(out),
+                              h_lse = download(lse);
+    std::vector<std::uint8_t> h_extra = has_extra ? download(extra_cache.pages) : std::vector<std::uint8_t>{};
+    SparseDecodeArgs host = args;
+    host.q = on_host(args.q, h_q.data());
+    host.main_cache.pages = on_host(args.main_cache.pages, h_main.data());
+    host.main_indices = on_host(args.main_indices, main_indices.data());
+    if (has_extra) {
+      host.extra_cache->pages = on_host(args.extra_cache->pages, h_extra.data());
+      host.extra_indices = on_host(args.extra_indices, extra_indices.data());
+      if (c.random_extra_lengths) host.extra_lengths = on_host(args.extra_lengths, extra_lengths.data());
+    }
+    host.sink = on_host(args.sink, sink.data());
+    testkit::HostTensor want_out = testkit::HostTensor::zeros(DType::kBF16, {T, c.h_q, d_v});
+    testkit::HostTensor want_lse = testkit::HostTensor::zeros(DType::kF32, {T, c.h_q});
+    host.out = want_out.view();
+    host.lse = want_lse.view();
+    const Status status = sparse_decode(host, Backend::kReference);
+    if (!status.ok()) throw std::runtime_error("reference: " + status.to_string());
+    const testkit::ErrorStats out_stats =
+        testkit::compare_bf16(on_host(args.out, h_out.data()), want_out.view(), testkit::Tolerance{2e-2, 2e-2, 1e-4});
+    const testkit::ErrorStats lse_stats =
+        testkit::compare_f32(on_host(args.lse, h_lse.data()), want_lse.view(), testkit::Tolerance{2e-3, 1e-4, 1e-6});
+    result["check"] = {{"out_pass", out_stats.passed()}, {"out", out_stats.to_string()},
+                       {"lse_pass", lse_stats.passed()}, {"lse", lse_stats.to_string()}};
+  }
+  return result;
+}
+
+std::vector<Case> load_cases(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("cannot open " + path);
+  const nlohmann::json doc = nlohmann::json::parse(in);
+  std::vector<Case> cases;
+  for (const auto& j : doc.at("cases")) {
+    Case c;
+    c.label = j.at("label").get<std::string>();
+    c.b = j.at("b");
+    c.s_q = j.at("s_q");
+    c.h_q = j.at("h_q");
+    if (j.contains("format")) {
+      auto format = parse_kv_format(j.at("format").get<std::string>());
+      if (!format) throw std::runtime_error(format.status().to_string());
+      c.format = *format;
+    }
+    c.main_topk = j.at("main_topk");
+    c.main_page = j.value("main_page", 64);
+    c.main_context = j.value("main_context", 16384);
+    c.extra_topk = j.value("extra_topk", 0);
+    c.extra_page = j.value("extra_page", 64);
+    c.extra_context = j.value("extra_context", 16384);
+    c.random_extra_lengths = j.value("random_extra_lengths", false);
+    c.peer_us = j.value("peer_us", 0.0);
+    cases.push_back(c);
+  }
+  return cases;
+}
+
+int main_impl(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const bool has_value = i + 1 < argc;
+    if (arg == "--cases" && has_value) {
+      o.cases_path = argv[++i];
+    } else if (arg == "--json" && has_value) {
+      o.json_path = argv[++i];
+    } else if (arg == "--runs" && has_value) {
+      o.runs = std::max(1, std::atoi(argv[++i]));
+    } else if (arg == "--warmup" && has_value) {
+      o.warmup = std::max(0, std::atoi(argv[++i]));
+    } else if (arg == "--filter" && has_value) {
+      o.filter = argv[++i];
+    } else if (arg == "--check-max-b" && has_value) {
+      o.check_max_b = std::atoi(argv[++i]);
+    } else {
+      std::fprintf(stderr,
+                   "usage: smla_bench_cuda [--cases FILE] [--json OUT] [--runs N] [--warmup N] [--filter TEXT] "
+                   "[--check-max-b N]\nunknown or incomplete argument: %s\n",
+                   arg.c_str());
+      return 2;
+    }
+  }
+  if (!cudatest::cuda_device_present()) {
+    std::fprintf(stderr, "smla_bench_cuda: no CUDA device\n");
+    return 1;
+  }
+  cudaDeviceProp prop{};
+  check_cuda(cudaGetDeviceProperties(&prop, 0), "properties");
+  nlohmann::json report = {{"device", prop.name}, {"sm_count", prop.multiProcessorCount}, {"results", nlohmann::json::array()}};
+  std::printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
+  std::printf("%-12s %4s %3s %4s %9s %8s %8s %6s %6s %9s %7s %s\n", "case", "b", "s_q", "h", "us", "TFLOPS", "GB/s",
+              "%bw", "%mma", "peer_us", "x_peer", "check");
+  const std::vector<Case> cases = load_cases(o.cases_path);
+  std::uint64_t seed = 20261126;
+  for (const Case& c : cases) {
+    if (!o.filter.empty() && c.label.find(o.filter) == std::string::npos) continue;
+    const nlohmann::json r = run_case(c, o, seed++);
+    std::string check = "-";
+    if (r.contains("check")) check = (r["check"]["out_pass"].get<bool>() && r["check"]["lse_pass"].get<bool>()) ? "pass" : "FAIL";
+    std::printf("%-12s %4lld %3lld %4lld %9.2f %8.1f %8.1f %6.1f %6.1f %9.2f %7.2f %s\n", c.label.c_str(),
+                static_cast<long long>(c.b), static_cast<long long>(c.s_q), static_cast<long long>(c.h_q),
+                r["median_us"].get<double>(), r["tflops"].get<double>(), r["gbps"].get<double>(),
+                r["pct_copy_ceiling"].get<double>(), r["pct_gemm_ceiling"].get<double>(), c.peer_us,
+                r["vs_peer_throughput"].get<double>(), check.c_str());
+    if (check == "FAIL") std::printf("  out: %s\n  lse: %s\n", r["check"]["out"].get<std::string>().c_str(), r["check"]["lse"].get<std::string>().c_str());
+    std::fflush(stdout);
+    report["results"].push_back(r);
+  }
+  std::ofstream(o.json_path) << report.dump(1) << "\n";
+  return 0;
+}
+
+}  // namespace
+}  // namespace smla::bench
+
+int main(int argc, char** argv) {
+  try {
+    return smla::bench::main_impl(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "smla_bench_cuda: %s\n", e.what());
+    return 1;
+  }
+}

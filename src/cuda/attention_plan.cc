@@ -1,0 +1,117 @@
+#include "src/cuda/attention_plan.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <mutex>
+
+#include "src/cuda/sparse_attention_params.h"
+
+namespace smla::cuda {
+namespace {
+
+constexpr int kMaxSplits = 64;
+constexpr std::size_t kWorkspaceAlign = 256;
+
+struct DeviceInfo {
+  int sm_count = 0;
+  int smem_optin = 0;
+};
+
+Status cuda_failure(const char* what, cudaError_t error) {
+  return internal_error(fmt::format("cuda: {} failed: {}", what, cudaGetErrorString(error)));
+}
+
+Expected<DeviceInfo> current_device_info() {
+  static std::mutex mutex;
+  static std::array<DeviceInfo, 64> cache{};
+  int device = 0;
+  cudaError_t error = cudaGetDevice(&device);
+  if (error != cudaSuccess) return cuda_failure("cudaGetDevice", error);
+  if (device < 0 || device >= static_cast<int>(cache.size())) return unimplemented("cuda: device ordinal above 63");
+  std::lock_guard<std::mutex> lock(mutex);
+  DeviceInfo& info = cache[static_cast<std::size_t>(device)];
+  if (info.sm_count == 0) {
+    error = cudaDeviceGetAttribute(&info.sm_count, cudaDevAttrMultiProcessorCount, device);
+    if (error == cudaSuccess) error = cudaDeviceGetAttribute(&info.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+    if (error != cudaSuccess) {
+      info.sm_count = 0;
+      return cuda_failure("cudaDeviceGetAttribute", error);
+    }
+  }
+  return info;
+}
+
+std::size_t align_up(std::size_t bytes) { return (bytes + kWorkspaceAlign - 1) / kWorkspaceAlign * kWorkspaceAlign; }
+
+std::size_t partial_out_bytes(const AttentionPlan& plan, std::int64_t tokens, std::int64_t heads) {
+  return align_up(static_cast<std::size_t>(plan.num_splits) * static_cast<std::size_t>(tokens) *
+                  static_cast<std::size_t>(heads) * kValueDim * sizeof(float));
+}
+std::size_t partial_stat_bytes(const AttentionPlan& plan, std::int64_t tokens, std::int64_t heads) {
+  return align_up(static_cast<std::size_t>(plan.num_splits) * static_cast<std::size_t>(tokens) *
+                  static_cast<std::size_t>(heads) * sizeof(float));
+}
+
+}  // namespace
+
+Expected<AttentionPlan> plan_attention(LoaderKind kind, std::int64_t num_tokens, std::int64_t num_heads,
+                                       std::int64_t num_keys) {
+  auto device = current_device_info();
+  if (!device) return device.status();
+  // The smallest head tile that holds every head (up to 64 per CTA), shrunk
+  // further when the device's shared memory cannot hold it.
+  int rows = num_heads <= 16 ? 16 : (num_heads <= 32 ? 32 : 64);
+  AttentionPlan plan;
+  for (;; rows /= 2) {
+    plan.variant = attention_variant(kind, rows);
+    if (plan.variant.smem_bytes <= device->smem_optin) break;
+    if (rows == 16) {
+      return unimplemented(fmt::format("cuda: the attention kernel needs {} B of shared memory per block, the device "
+                                       "allows {} B",
+                                       plan.variant.smem_bytes, device->smem_optin));
+    }
+  }
+  plan.head_blocks = static_cast<int>((num_heads + rows - 1) / rows);
+
+  // Split the keys only when the (token, head block) grid leaves SMs idle, and
+  // never into more pieces than there are 32-key tiles.
+  int blocks_per_sm = 1;
+  const cudaError_t error = plan.variant.blocks_per_sm(&blocks_per_sm);
+  if (error != cudaSuccess) return cuda_failure("occupancy query", error);
+  const std::int64_t slots = static_cast<std::int64_t>(device->sm_count) * std::max(blocks_per_sm, 1);
+  const std::int64_t blocks = std::max<std::int64_t>(num_tokens * plan.head_blocks, 1);
+  const std::int64_t tiles = std::max<std::int64_t>((num_keys + kKeysPerTile - 1) / kKeysPerTile, 1);
+  plan.num_splits = static_cast<int>(std::clamp<std::int64_t>(std::min(slots / blocks, tiles), 1, kMaxSplits));
+  if (plan.num_splits > 1) {
+    plan.workspace_bytes = partial_out_bytes(plan, num_tokens, num_heads) + 2 * partial_stat_bytes(plan, num_tokens, num_heads);
+  }
+  return plan;
+}
+
+void assign_workspace(const AttentionPlan& plan, void* workspace, SparseAttentionParams* params) {
+  params->num_splits = plan.num_splits;
+  if (plan.num_splits <= 1) return;
+  auto* base = static_cast<std::uint8_t*>(workspace);
+  const std::size_t out_bytes = partial_out_bytes(plan, params->num_tokens, params->num_heads);
+  const std::size_t stat_bytes = partial_stat_bytes(plan, params->num_tokens, params->num_heads);
+  params->partial_out = reinterpret_cast<float*>(base);
+  params->partial_lse = reinterpret_cast<float*>(base + out_bytes);
+  params->partial_max = reinterpret_cast<float*>(base + out_bytes + stat_bytes);
+}
+
+Status launch_planned_attention(const AttentionPlan& plan, SparseAttentionParams params, cudaStream_t stream) {
+  if (params.num_tokens == 0 || params.num_heads == 0) return Status::Ok();
+  const dim3 grid(static_cast<unsigned>(params.num_tokens), static_cast<unsigned>(plan.head_blocks),
+                  static_cast<unsigned>(plan.num_splits));
+  cudaError_t error = plan.variant.launch(params, grid, stream);
+  if (error != cudaSuccess) return cuda_failure("attention kernel launch", error);
+  if (plan.num_splits > 1) {
+    error = launch_split_combine(params, stream);
+    if (error != cudaSuccess) return cuda_failure("split combine launch", error);
+  }
+  return Status::Ok();
+}
+
+}  // namespace smla::cuda

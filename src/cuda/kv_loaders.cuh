@@ -1,0 +1,159 @@
+// Device row loaders: how one KV token is copied raw into shared memory
+// (cp.async, 8 threads per token) and then expanded to a bf16 K row. Every
+// byte offset comes from the format traits in include/smla/kv_format.h.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+
+#include <cstdint>
+
+#include "smla/kv_format.h"
+#include "src/cuda/ptx.cuh"
+#include "src/cuda/sparse_attention_params.h"
+
+namespace smla::cuda {
+
+inline constexpr int kThreadsPerKey = 8;
+
+constexpr int round_up_16(int bytes) { return (bytes + 15) / 16 * 16; }
+
+__device__ __forceinline__ const std::uint8_t* page_base(const KvSourceParams& src, std::uint32_t slot,
+                                                         std::uint32_t* entry) {
+  const std::uint32_t page_size = static_cast<std::uint32_t>(src.page_size);
+  const std::uint32_t page = slot / page_size;
+  *entry = slot - page * page_size;
+  return src.pages + static_cast<std::int64_t>(page) * src.page_stride_bytes;
+}
+
+// Four e4m3 codes (one 32-bit word) times a scale, to four bf16 values.
+__device__ __forceinline__ uint2 e4m3x4_to_bf16x4(std::uint32_t codes, float scale) {
+  const __half2_raw lo_raw = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(codes & 0xFFFFu), __NV_E4M3);
+  const __half2_raw hi_raw = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(codes >> 16), __NV_E4M3);
+  const float2 lo = __half22float2(__half2(lo_raw));
+  const float2 hi = __half22float2(__half2(hi_raw));
+  const __nv_bfloat162 a = __floats2bfloat162_rn(lo.x * scale, lo.y * scale);
+  const __nv_bfloat162 b = __floats2bfloat162_rn(hi.x * scale, hi.y * scale);
+  uint2 result;
+  result.x = *reinterpret_cast<const std::uint32_t*>(&a);
+  result.y = *reinterpret_cast<const std::uint32_t*>(&b);
+  return result;
+}
+
+// 16 e4m3 codes at `raw` (16-byte aligned, shared) -> 16 bf16 at `dst` (shared).
+__device__ __forceinline__ void dequant_16(const std::uint8_t* raw, __nv_bfloat16* dst, float scale) {
+  const uint4 codes = *reinterpret_cast<const uint4*>(raw);
+  const uint2 v0 = e4m3x4_to_bf16x4(codes.x, scale);
+  const uint2 v1 = e4m3x4_to_bf16x4(codes.y, scale);
+  const uint2 v2 = e4m3x4_to_bf16x4(codes.z, scale);
+  const uint2 v3 = e4m3x4_to_bf16x4(codes.w, scale);
+  reinterpret_cast<uint4*>(dst)[0] = make_uint4(v0.x, v0.y, v1.x, v1.y);
+  reinterpret_cast<uint4*>(dst)[1] = make_uint4(v2.x, v2.y, v3.x, v3.y);
+}
+
+// DeepSeek-V4 FP8: 448 e4m3 NoPE + 64 bf16 RoPE in the data row, 7 UE8M0 scales
+// in the page's scale rows. Raw staging: data row, then the 8 scale bytes.
+struct V4Fp8Loader {
+  using Format = V4Fp8Format;
+  static constexpr int kHeadDim = Format::kHeadDim;
+  static constexpr int kScaleStage = Format::kDataBytes;  // where the scale bytes land in the staging row
+  static constexpr int kRawStride = round_up_16(Format::kDataBytes + Format::kScaleBytes);
+  static_assert(Format::kDataBytes % 16 == 0 && Format::kScaleBytes == 8);
+  static_assert(Format::kNumTiles < kThreadsPerKey, "one thread per scale tile, the last one copies RoPE");
+  static_assert(Format::kTile % 16 == 0 && Format::kRopeDim * 2 == 128);
+
+  __device__ static void issue(std::uint8_t* raw, const KvSourceParams& src, std::uint32_t slot, int part) {
+    std::uint32_t entry = 0;
+    const std::uint8_t* page = page_base(src, slot, &entry);
+    const std::uint8_t* data = page + Format::nope_offset(entry, src.page_size);
+    for (int chunk = part; chunk < Format::kDataBytes / 16; chunk += kThreadsPerKey) {
+      cp_async_16(raw + 16 * chunk, data + 16 * chunk);
+    }
+    if (part == kThreadsPerKey - 1) cp_async_8(raw + kScaleStage, page + Format::scale_offset(entry, src.page_size));
+  }
+
+  __device__ static void dequant(const std::uint8_t* raw, __nv_bfloat16* krow, int part, float /*fp8_scale*/) {
+    if (part < Format::kNumTiles) {
+      const float scale = ue8m0_to_f32(raw[kScaleStage + part]);
+      const int first = part * Format::kTile;
+      for (int i = 0; i < Format::kTile; i += 16) dequant_16(raw + first + i, krow + first + i, scale);
+    } else {
+      const uint4* rope = reinterpret_cast<const uint4*>(raw + Format::rope_offset(0, 0));
+      uint4* dst = reinterpret_cast<uint4*>(krow + Format::kNopeDim);
+      for (int i = 0; i < Format::kRopeDim * 2 / 16; ++i) dst[i] = rope[i];
+    }
+  }
+};
+
+// DeepSeek-V3.2 FP8: token-contiguous 512 e4m3 + 4 f32 scales + 64 bf16 RoPE.
+struct V32Fp8Loader {
+  using Format = V32Fp8Format;
+  static constexpr int kHeadDim = Format::kHeadDim;
+  static constexpr int kRawStride = round_up_16(Format::kBytesPerToken);
+  static constexpr int kNopePerThread = Format::kNopeDim / kThreadsPerKey;
+  static_assert(Format::kBytesPerToken % 16 == 0 && Format::kTile % kNopePerThread == 0);
+  static_assert(Format::kRopeDim * 2 == 16 * kThreadsPerKey, "one RoPE chunk per thread");
+
+  __device__ static void issue(std::uint8_t* raw, const KvSourceParams& src, std::uint32_t slot, int part) {
+    std::uint32_t entry = 0;
+    const std::uint8_t* row = page_base(src, slot, &entry) + Format::nope_offset(entry, src.page_size);
+    for (int chunk = part; chunk < Format::kBytesPerToken / 16; chunk += kThreadsPerKey) {
+      cp_async_16(raw + 16 * chunk, row + 16 * chunk);
+    }
+  }
+
+  __device__ static void dequant(const std::uint8_t* raw, __nv_bfloat16* krow, int part, float /*fp8_scale*/) {
+    const int first = part * kNopePerThread;
+    const int scale_at = static_cast<int>(Format::scale_offset(0, 0)) + 4 * (first / Format::kTile);
+    const float scale = *reinterpret_cast<const float*>(raw + scale_at);
+    for (int i = 0; i < kNopePerThread; i += 16) dequant_16(raw + first + i, krow + first + i, scale);
+    const int rope_at = static_cast<int>(Format::rope_offset(0, 0));
+    reinterpret_cast<uint4*>(krow + Format::kNopeDim)[part] = reinterpret_cast<const uint4*>(raw + rope_at)[part];
+  }
+};
+
+// Plain bf16 rows of kDim values (the bf16 paged format, and the flat prefill
+// workspace viewed as one page with its own row stride).
+template <int kDim>
+struct Bf16RowLoader {
+  static constexpr int kHeadDim = kDim;
+  static constexpr int kRawStride = kDim * 2;
+  static_assert(kRawStride % 16 == 0);
+
+  __device__ static void issue(std::uint8_t* raw, const KvSourceParams& src, std::uint32_t slot, int part) {
+    std::uint32_t entry = 0;
+    const std::uint8_t* row = page_base(src, slot, &entry) + static_cast<std::int64_t>(entry) * src.row_stride_bytes;
+    for (int chunk = part; chunk < kRawStride / 16; chunk += kThreadsPerKey) {
+      cp_async_16(raw + 16 * chunk, row + 16 * chunk);
+    }
+  }
+
+  __device__ static void dequant(const std::uint8_t* raw, __nv_bfloat16* krow, int part, float /*fp8_scale*/) {
+    const uint4* src = reinterpret_cast<const uint4*>(raw);
+    uint4* dst = reinterpret_cast<uint4*>(krow);
+    for (int chunk = part; chunk < kRawStride / 16; chunk += kThreadsPerKey) dst[chunk] = src[chunk];
+  }
+};
+
+// Plain e4m3 rows of 512 values with one per-tensor scale.
+struct Fp8RowLoader {
+  using Format = Fp8RowsFormat;
+  static constexpr int kHeadDim = Format::kHeadDim;
+  static constexpr int kRawStride = Format::kBytesPerToken;
+  static constexpr int kPerThread = Format::kHeadDim / kThreadsPerKey;
+
+  __device__ static void issue(std::uint8_t* raw, const KvSourceParams& src, std::uint32_t slot, int part) {
+    std::uint32_t entry = 0;
+    const std::uint8_t* row = page_base(src, slot, &entry) + static_cast<std::int64_t>(entry) * src.row_stride_bytes;
+    for (int chunk = part; chunk < kRawStride / 16; chunk += kThreadsPerKey) {
+      cp_async_16(raw + 16 * chunk, row + 16 * chunk);
+    }
+  }
+
+  __device__ static void dequant(const std::uint8_t* raw, __nv_bfloat16* krow, int part, float fp8_scale) {
+    const int first = part * kPerThread;
+    for (int i = 0; i < kPerThread; i += 16) dequant_16(raw + first + i, krow + first + i, fp8_scale);
+  }
+};
+
+}  // namespace smla::cuda

@@ -1,0 +1,395 @@
+// The sparse MLA attention kernel (decode, direct-from-cache prefill and
+// flat-workspace prefill) and its split-KV combine. Included only by the
+// per-format instantiation files.
+//
+// One CTA = one query token x kRows query heads x one split of the token's keys.
+// Keys are the token's valid main entries followed by its valid extra entries
+// (lengths clamped to [0, width]); indices outside [0, num_slots) are masked
+// and never dereferenced. Per 32-key tile:
+//   1. the raw rows (copied by cp.async during the previous tile) are expanded
+//      to bf16 K rows in shared memory, 8 threads per key;
+//   2. S = Q K^T with mma.sync m16n8k16 (the head-dim reduction is split across
+//      warps when kRows < 64 so all 8 warps stay busy);
+//   3. online softmax in the exp2 domain, one row per 256/kRows threads;
+//   4. O += P V, each warp owning 64 of the 512 value columns for all rows
+//      (V is the first 512 dims of the same K rows).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "src/cuda/kv_loaders.cuh"
+#include "src/cuda/ptx.cuh"
+#include "src/cuda/sparse_attention_params.h"
+
+namespace smla::cuda {
+
+inline constexpr int kAttentionThreads = 256;
+
+template <class Loader, int kRows>
+struct AttentionConfig {
+  static constexpr int kWarps = kAttentionThreads / 32;
+  static constexpr int kKeys = kKeysPerTile;
+  static constexpr int kDim = Loader::kHeadDim;
+  static constexpr int kRowStride = kDim + 8;   // bf16 elements; +16 B keeps ldmatrix rows in distinct banks
+  static constexpr int kPStride = kKeys + 8;    // bf16 elements
+  static constexpr int kSStride = kKeys + 4;    // floats
+  static constexpr int kMTiles = kRows / 16;
+  static constexpr int kQkUnits = kMTiles * (kKeys / 16);  // (16-row tile, 16-key pair) blocks of S
+  static constexpr int kDSplit = kWarps / kQkUnits;        // warps sharing one block, each a slice of d_qk
+  static constexpr int kThreadsPerRow = kAttentionThreads / kRows;
+  static constexpr int kKeysPerThread = kKeys / kThreadsPerRow;
+  static_assert(kRows == 16 || kRows == 32 || kRows == 64);
+  static_assert(kWarps % kQkUnits == 0 && (kDim / 16) % kDSplit == 0);
+  static_assert(kValueDim == kWarps * 64, "each warp owns 64 value columns");
+  static_assert(kKeys * kThreadsPerKey == kAttentionThreads, "8 loader threads per key");
+
+  static constexpr int kQBytes = kRows * kRowStride * 2;
+  static constexpr int kKBytes = kKeys * kRowStride * 2;
+  static constexpr int kRawBytes = kKeys * Loader::kRawStride;
+  static constexpr int kSBytes = kDSplit * kRows * kSStride * 4;
+  static constexpr int kPBytes = kRows * kPStride * 2;
+  static constexpr int kQOffset = 0;
+  static constexpr int kKOffset = kQOffset + kQBytes;
+  static constexpr int kRawOffset = kKOffset + kKBytes;
+  static constexpr int kSOffset = kRawOffset + kRawBytes;
+  static constexpr int kPOffset = kSOffset + kSBytes;
+  static constexpr int kAlphaOffset = kPOffset + kPBytes;
+  static constexpr int kMOffset = kAlphaOffset + kRows * 4;
+  static constexpr int kLOffset = kMOffset + kRows * 4;
+  static constexpr int kValidOffset = kLOffset + kRows * 4;
+  static constexpr int kSmemBytes = kValidOffset + kKeys * 4;
+  static_assert(kRawOffset % 16 == 0 && kSOffset % 16 == 0 && kPOffset % 16 == 0);
+};
+
+__device__ __forceinline__ int clamped_length(const KvSourceParams& src, int token) {
+  if (src.lengths == nullptr) return src.topk;
+  const int len = src.lengths[static_cast<std::int64_t>(token) * src.stride_lengths_t];
+  return len < 0 ? 0 : (len > src.topk ? src.topk : len);
+}
+
+__device__ __forceinline__ float sink_log2(const SparseAttentionParams& p, int head) {
+  return p.sink == nullptr ? -INFINITY : p.sink[head * p.stride_sink] * kLog2e;
+}
+
+__device__ __forceinline__ void store_bf16_pair(const SparseAttentionParams& p, std::uint16_t* at, float a, float b) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
+  if (p.out_aligned_4) {
+    *reinterpret_cast<__nv_bfloat162*>(at) = v;
+  } else {
+    at[0] = __bfloat16_as_ushort(v.x);
+    at[1] = __bfloat16_as_ushort(v.y);
+  }
+}
+
+// Where one key of the tile comes from: the slot and whether it is attended.
+struct KeySlot {
+  std::uint32_t slot = 0;
+  int source = 0;
+  bool valid = false;
+};
+
+__device__ __forceinline__ KeySlot fetch_key(const SparseAttentionParams& p, int token, int position, int end,
+                                             int n_main) {
+  KeySlot key;
+  if (position >= end) return key;
+  key.source = position < n_main ? 0 : 1;
+  const KvSourceParams& src = key.source == 0 ? p.source[0] : p.source[1];
+  const int column = key.source == 0 ? position : position - n_main;
+  const std::int32_t index = src.indices[static_cast<std::int64_t>(token) * src.stride_indices_t + column];
+  key.valid = index >= 0 && static_cast<std::int64_t>(index) < src.num_slots;
+  key.slot = key.valid ? static_cast<std::uint32_t>(index) : 0u;
+  return key;
+}
+
+template <class Loader, int kRows>
+__global__ void __launch_bounds__(kAttentionThreads, 1)
+    sparse_attention_kernel(const __grid_constant__ SparseAttentionParams p) {
+  using Cfg = AttentionConfig<Loader, kRows>;
+  extern __shared__ __align__(16) std::uint8_t smem[];
+  __nv_bfloat16* q_s = reinterpret_cast<__nv_bfloat16*>(smem + Cfg::kQOffset);
+  __nv_bfloat16* k_s = reinterpret_cast<__nv_bfloat16*>(smem + Cfg::kKOffset);
+  std::uint8_t* raw_s = smem + Cfg::kRawOffset;
+  float* s_s = reinterpret_cast<float*>(smem + Cfg::kSOffset);
+  __nv_bfloat16* p_s = reinterpret_cast<__nv_bfloat16*>(smem + Cfg::kPOffset);
+  float* alpha_s = reinterpret_cast<float*>(smem + Cfg::kAlphaOffset);
+  float* m_s = reinterpret_cast<float*>(smem + Cfg::kMOffset);
+  float* l_s = reinterpret_cast<float*>(smem + Cfg::kLOffset);
+  int* valid_s = reinterpret_cast<int*>(smem + Cfg::kValidOffset);
+
+  const int token = static_cast<int>(blockIdx.x);
+  const int head0 = static_cast<int>(blockIdx.y) * kRows;
+  const int split = static_cast<int>(blockIdx.z);
+  const int tid = static_cast<int>(threadIdx.x);
+  const int warp = tid / 32;
+  const int lane = tid % 32;
+
+  // This split's share of the token's valid keys (computed on the device from
+  // the length values, so a captured graph stays valid when lengths change).
+  const int n_main = clamped_length(p.source[0], token);
+  const int n_extra = p.num_sources > 1 ? clamped_length(p.source[1], token) : 0;
+  const int n_keys = n_main + n_extra;
+  const int per_split = ((n_keys + p.num_splits - 1) / p.num_splits + Cfg::kKeys - 1) / Cfg::kKeys * Cfg::kKeys;
+  const int begin = split * per_split;
+  const int end = min(n_keys, begin + per_split);
+
+  const int softmax_row = tid / Cfg::kThreadsPerRow;
+  const int softmax_sub = tid % Cfg::kThreadsPerRow;
+  const std::int64_t plane = static_cast<std::int64_t>(p.num_tokens) * p.num_heads;
+
+  if (begin >= end) {  // nothing to attend in this split (uniform over the CTA)
+    for (int row = tid / 32; row < kRows; row += Cfg::kWarps) {
+      const int head = head0 + row;
+      if (head >= p.num_heads) break;
+      const std::int64_t at = static_cast<std::int64_t>(token) * p.num_heads + head;
+      if (p.num_splits > 1) {
+        if (lane == 0) {
+          p.partial_lse[split * plane + at] = -INFINITY;
+          p.partial_max[split * plane + at] = -INFINITY;
+        }
+      } else {
+        std::uint16_t* out = p.out + token * p.stride_out_t + head * p.stride_out_h;
+        for (int c = lane * 2; c < kValueDim; c += 64) store_bf16_pair(p, out + c, 0.0f, 0.0f);
+        if (lane == 0 && p.lse != nullptr) p.lse[token * p.stride_lse_t + head * p.stride_lse_h] = INFINITY;
+        if (lane == 0 && p.max_logits != nullptr) {
+          p.max_logits[token * p.stride_max_t + head * p.stride_max_h] = -INFINITY;
+        }
+      }
+    }
+    return;
+  }
+
+  // Loader role: 8 threads per key of the tile.
+  const int my_key = tid / kThreadsPerKey;
+  const int my_part = tid % kThreadsPerKey;
+  std::uint8_t* my_raw = raw_s + my_key * Loader::kRawStride;
+  const int num_tiles = (end - begin + Cfg::kKeys - 1) / Cfg::kKeys;
+
+  KeySlot current = fetch_key(p, token, begin + my_key, end, n_main);
+  if (current.valid) Loader::issue(my_raw, current.source == 0 ? p.source[0] : p.source[1], current.slot, my_part);
+  cp_async_commit();
+  KeySlot upcoming = fetch_key(p, token, begin + Cfg::kKeys + my_key, end, n_main);
+
+  // Q rows of this head block; rows past h_q are zero and never written out.
+  {
+    constexpr int kChunksPerRow = Cfg::kDim * 2 / 16;
+    for (int i = tid; i < kRows * kChunksPerRow; i += kAttentionThreads) {
+      const int row = i / kChunksPerRow;
+      const int chunk = i % kChunksPerRow;
+      const int head = head0 + row;
+      uint4 value = make_uint4(0, 0, 0, 0);
+      if (head < p.num_heads) {
+        const std::uint16_t* src = p.q + token * p.stride_q_t + head * p.stride_q_h + chunk * 8;
+        if (p.q_aligned_16) {
+          value = __ldg(reinterpret_cast<const uint4*>(src));
+        } else {
+          std::uint16_t e[8];
+          for (int j = 0; j < 8; ++j) e[j] = src[j];
+          value = make_uint4(e[0] | (e[1] << 16), e[2] | (e[3] << 16), e[4] | (e[5] << 16), e[6] | (e[7] << 16));
+        }
+      }
+      *reinterpret_cast<uint4*>(q_s + row * Cfg::kRowStride + chunk * 8) = value;
+    }
+  }
+
+  float row_max = -INFINITY;  // log2 domain, replicated over the row's softmax threads
+  float row_sum = 0.0f;
+  float acc[Cfg::kMTiles][8][4];
+#pragma unroll
+  for (int mt = 0; mt < Cfg::kMTiles; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.0f;
+
+  const int qk_unit = warp % Cfg::kQkUnits;
+  const int qk_dpart = warp / Cfg::kQkUnits;
+  const int qk_mtile = qk_unit / (Cfg::kKeys / 16);
+  const int qk_keypair = qk_unit % (Cfg::kKeys / 16);
+  constexpr int kStepsPerPart = Cfg::kDim / 16 / Cfg::kDSplit;
+
+  for (int tile = 0; tile < num_tiles; ++tile) {
+    cp_async_wait_all();
+    __syncthreads();  // raw rows landed; previous tile's PV finished with k_s and p_s
+
+    {
+      __nv_bfloat16* krow = k_s + my_key * Cfg::kRowStride;
+      if (current.valid) {
+        const float fp8_scale = current.source == 0 ? p.source[0].fp8_scale : p.source[1].fp8_scale;
+        Loader::dequant(my_raw, krow, my_part, fp8_scale);
+      } else {  // zero rows keep NaN garbage out of P V (P is 0 there, but 0 * NaN is NaN)
+        for (int c = my_part; c < Cfg::kDim * 2 / 16; c += kThreadsPerKey) {
+          reinterpret_cast<uint4*>(krow)[c] = make_uint4(0, 0, 0, 0);
+        }
+      }
+      if (my_part == 0) valid_s[my_key] = current.valid ? 1 : 0;
+    }
+    __syncthreads();  // K tile ready; raw buffer free
+
+    current = upcoming;
+    if (tile + 1 < num_tiles && current.valid) {
+      Loader::issue(my_raw, current.source == 0 ? p.source[0] : p.source[1], current.slot, my_part);
+    }
+    cp_async_commit();
+    upcoming = fetch_key(p, token, begin + (tile + 2) * Cfg::kKeys + my_key, end, n_main);
+
+    // S = Q K^T for one (16 rows x 16 keys) block per warp, over this warp's slice of d_qk.
+    {
+      float s_acc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+      const __nv_bfloat16* a_base = q_s + (qk_mtile * 16 + lane % 16) * Cfg::kRowStride + (lane / 16) * 8;
+      const __nv_bfloat16* b_base =
+          k_s + (qk_keypair * 16 + lane % 8 + (lane / 16) * 8) * Cfg::kRowStride + ((lane / 8) % 2) * 8;
+#pragma unroll 4
+      for (int step = qk_dpart * kStepsPerPart; step < (qk_dpart + 1) * kStepsPerPart; ++step) {
+        std::uint32_t a[4];
+        std::uint32_t b[4];
+        ldmatrix_x4(a, a_base + step * 16);
+        ldmatrix_x4(b, b_base + step * 16);
+        mma_bf16_16816(s_acc[0], a, b[0], b[1]);
+        mma_bf16_16816(s_acc[1], a, b[2], b[3]);
+      }
+      float* s_part = s_s + qk_dpart * kRows * Cfg::kSStride;
+      const int row = qk_mtile * 16 + lane / 4;
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const int key = qk_keypair * 16 + j * 8 + 2 * (lane % 4);
+        *reinterpret_cast<float2*>(s_part + row * Cfg::kSStride + key) = make_float2(s_acc[j][0], s_acc[j][1]);
+        *reinterpret_cast<float2*>(s_part + (row + 8) * Cfg::kSStride + key) = make_float2(s_acc[j][2], s_acc[j][3]);
+      }
+    }
+    __syncthreads();  // S complete
+
+    // Online softmax: each row is owned by kThreadsPerRow consecutive lanes.
+    {
+      float scores[Cfg::kKeysPerThread];
+      float tile_max = -INFINITY;
+#pragma unroll
+      for (int i = 0; i < Cfg::kKeysPerThread; ++i) {
+        const int key = softmax_sub * Cfg::kKeysPerThread + i;
+        float s = 0.0f;
+#pragma unroll
+        for (int d = 0; d < Cfg::kDSplit; ++d) s += s_s[(d * kRows + softmax_row) * Cfg::kSStride + key];
+        scores[i] = valid_s[key] ? s * p.scale_log2 : -INFINITY;
+        tile_max = fmaxf(tile_max, scores[i]);
+      }
+#pragma unroll
+      for (int offset = Cfg::kThreadsPerRow / 2; offset > 0; offset /= 2) {
+        tile_max = fmaxf(tile_max, __shfl_xor_sync(0xFFFFFFFFu, tile_max, offset));
+      }
+      const float new_max = fmaxf(row_max, tile_max);
+      const float reference = new_max == -INFINITY ? 0.0f : new_max;  // keeps -inf - -inf out
+      const float alpha = exp2f(row_max - reference);
+      float tile_sum = 0.0f;
+#pragma unroll
+      for (int i = 0; i < Cfg::kKeysPerThread; ++i) {
+        const float prob = exp2f(scores[i] - reference);
+        tile_sum += prob;
+        p_s[softmax_row * Cfg::kPStride + softmax_sub * Cfg::kKeysPerThread + i] = __float2bfloat16_rn(prob);
+      }
+#pragma unroll
+      for (int offset = Cfg::kThreadsPerRow / 2; offset > 0; offset /= 2) {
+        tile_sum += __shfl_xor_sync(0xFFFFFFFFu, tile_sum, offset);
+      }
+      row_sum = row_sum * alpha + tile_sum;
+      row_max = new_max;
+      if (softmax_sub == 0) alpha_s[softmax_row] = alpha;
+    }
+    __syncthreads();  // P and the rescale factors ready
+
+    // O = alpha * O + P V over this warp's 64 value columns.
+    {
+#pragma unroll
+      for (int mt = 0; mt < Cfg::kMTiles; ++mt) {
+        const float a_lo = alpha_s[mt * 16 + lane / 4];
+        const float a_hi = alpha_s[mt * 16 + lane / 4 + 8];
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+          acc[mt][nt][0] *= a_lo;
+          acc[mt][nt][1] *= a_lo;
+          acc[mt][nt][2] *= a_hi;
+          acc[mt][nt][3] *= a_hi;
+        }
+      }
+#pragma unroll
+      for (int kstep = 0; kstep < Cfg::kKeys / 16; ++kstep) {
+        std::uint32_t a[Cfg::kMTiles][4];
+#pragma unroll
+        for (int mt = 0; mt < Cfg::kMTiles; ++mt) {
+          ldmatrix_x4(a[mt], p_s + (mt * 16 + lane % 16) * Cfg::kPStride + kstep * 16 + (lane / 16) * 8);
+        }
+#pragma unroll
+        for (int np = 0; np < 4; ++np) {
+          std::uint32_t b[4];
+          ldmatrix_x4_trans(b, k_s + (kstep * 16 + lane % 8 + ((lane / 8) % 2) * 8) * Cfg::kRowStride + warp * 64 +
+                                   np * 16 + (lane / 16) * 8);
+#pragma unroll
+          for (int mt = 0; mt < Cfg::kMTiles; ++mt) {
+            mma_bf16_16816(acc[mt][2 * np], a[mt], b[0], b[1]);
+            mma_bf16_16816(acc[mt][2 * np + 1], a[mt], b[2], b[3]);
+          }
+        }
+      }
+    }
+  }
+  cp_async_wait_all();
+
+  // Epilogue: row statistics to shared memory, then each warp writes its columns.
+  if (softmax_sub == 0) {
+    m_s[softmax_row] = row_max;
+    l_s[softmax_row] = row_sum;
+    const int head = head0 + softmax_row;
+    if (head < p.num_heads) {
+      const std::int64_t at = static_cast<std::int64_t>(token) * p.num_heads + head;
+      if (p.num_splits > 1) {
+        p.partial_lse[split * plane + at] = row_sum > 0.0f ? row_max + log2f(row_sum) : -INFINITY;
+        p.partial_max[split * plane + at] = row_max;
+      } else {
+        if (p.lse != nullptr) {
+          p.lse[token * p.stride_lse_t + head * p.stride_lse_h] =
+              row_sum > 0.0f ? (row_max + log2f(row_sum)) * kLn2 : INFINITY;
+        }
+        if (p.max_logits != nullptr) {
+          p.max_logits[token * p.stride_max_t + head * p.stride_max_h] = row_sum > 0.0f ? row_max * kLn2 : -INFINITY;
+        }
+      }
+    }
+  }
+  __syncthreads();
+
+#pragma unroll
+  for (int mt = 0; mt < Cfg::kMTiles; ++mt) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int row = mt * 16 + lane / 4 + half * 8;
+      const int head = head0 + row;
+      if (head >= p.num_heads) continue;
+      const float m = m_s[row];
+      const float l = l_s[row];
+      if (p.num_splits > 1) {
+        if (l <= 0.0f) continue;  // the combine skips splits with lse = -inf
+        const float inv = 1.0f / l;
+        float* out = p.partial_out + ((split * plane) + static_cast<std::int64_t>(token) * p.num_heads + head) * kValueDim;
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+          const int col = warp * 64 + nt * 8 + 2 * (lane % 4);
+          *reinterpret_cast<float2*>(out + col) =
+              make_float2(acc[mt][nt][2 * half] * inv, acc[mt][nt][2 * half + 1] * inv);
+        }
+      } else {
+        // The sink joins the denominator only: out = sum e^s v / (e^sink + sum e^s).
+        const float inv = l > 0.0f ? 1.0f / (l + exp2f(sink_log2(p, head) - m)) : 0.0f;
+        std::uint16_t* out = p.out + token * p.stride_out_t + head * p.stride_out_h;
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+          const int col = warp * 64 + nt * 8 + 2 * (lane % 4);
+          store_bf16_pair(p, out + col, acc[mt][nt][2 * half] * inv, acc[mt][nt][2 * half + 1] * inv);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace smla::cuda

@@ -1,0 +1,42 @@
+// Internal: the compiled variants of the attention kernel (one per KV row
+// loader and head-tile size) and the split-KV combine, as host-callable entries.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "src/cuda/sparse_attention_params.h"
+
+namespace smla::cuda {
+
+// Which row loader the kernel is built with; each format maps to one.
+enum class LoaderKind { kV4Fp8, kV32Fp8, kBf16Rows512, kBf16Rows576, kFp8Rows };
+
+struct AttentionVariant {
+  int rows = 0;        // query heads per CTA (16, 32 or 64)
+  int smem_bytes = 0;  // dynamic shared memory per CTA
+  cudaError_t (*launch)(const SparseAttentionParams& params, dim3 grid, cudaStream_t stream) = nullptr;
+  cudaError_t (*blocks_per_sm)(int* blocks) = nullptr;
+};
+
+// One definition per loader, each in its own translation unit so the variants compile in parallel.
+AttentionVariant attention_variant_v4(int rows);
+AttentionVariant attention_variant_v32(int rows);
+AttentionVariant attention_variant_bf16_512(int rows);
+AttentionVariant attention_variant_bf16_576(int rows);
+AttentionVariant attention_variant_fp8_rows(int rows);
+
+inline AttentionVariant attention_variant(LoaderKind kind, int rows) {
+  switch (kind) {
+    case LoaderKind::kV4Fp8: return attention_variant_v4(rows);
+    case LoaderKind::kV32Fp8: return attention_variant_v32(rows);
+    case LoaderKind::kBf16Rows512: return attention_variant_bf16_512(rows);
+    case LoaderKind::kBf16Rows576: return attention_variant_bf16_576(rows);
+    case LoaderKind::kFp8Rows: break;
+  }
+  return attention_variant_fp8_rows(rows);
+}
+
+// Merges the num_splits partials of every (token, head) and adds the sink.
+cudaError_t launch_split_combine(const SparseAttentionParams& params, cudaStream_t stream);
+
+}  // namespace smla::cuda

@@ -1,0 +1,62 @@
+// Internal: the one params struct of the CUDA sparse-attention kernels (decode,
+// direct-from-cache prefill, and prefill over a flat bf16 workspace all use it).
+// Raw pointers and strides only; strides are in elements unless named _bytes.
+#pragma once
+
+#include <cstdint>
+
+namespace smla::cuda {
+
+inline constexpr int kKeysPerTile = 32;  // keys per pipeline step of the attention kernel
+inline constexpr int kValueDim = 512;    // d_v of every supported format
+inline constexpr float kLog2e = 1.4426950408889634f;
+inline constexpr float kLn2 = 0.6931471805599453f;
+
+// One KV source (the main/sliding-window cache or the extra/compressed one).
+struct KvSourceParams {
+  const std::uint8_t* pages = nullptr;  // first byte of page 0
+  std::int64_t page_stride_bytes = 0;   // taken from the tensor, never recomputed
+  std::int64_t row_stride_bytes = 0;    // plain-row formats: bytes between tokens of a page
+  std::int64_t page_size = 1;           // tokens per page
+  std::int64_t num_slots = 0;           // indices outside [0, num_slots) are never read
+  float fp8_scale = 1.0f;               // per-tensor scale of fp8 rows
+  const std::int32_t* indices = nullptr;  // [T, topk] global slots
+  std::int64_t stride_indices_t = 0;
+  int topk = 0;
+  const std::int32_t* lengths = nullptr;  // [T], may be nullptr (= topk); clamped to [0, topk]
+  std::int64_t stride_lengths_t = 0;
+};
+
+struct SparseAttentionParams {
+  const std::uint16_t* q = nullptr;  // [T, h_q, d_qk] bf16 bits
+  std::int64_t stride_q_t = 0;
+  std::int64_t stride_q_h = 0;
+  bool q_aligned_16 = false;  // base and strides allow 16-byte loads
+  int num_tokens = 0;         // T
+  int num_heads = 0;          // h_q
+  KvSourceParams source[2];
+  int num_sources = 1;
+  const float* sink = nullptr;  // [h_q] natural-log units, may be nullptr (= -inf)
+  std::int64_t stride_sink = 1;
+  float scale_log2 = 0.0f;  // softmax_scale * log2(e): scores live in the exp2 domain
+
+  std::uint16_t* out = nullptr;  // [T, h_q, 512] bf16 bits
+  std::int64_t stride_out_t = 0;
+  std::int64_t stride_out_h = 0;
+  bool out_aligned_4 = false;  // bf16 pairs may be stored as one 32-bit word
+  float* lse = nullptr;        // [T, h_q] natural log, sink excluded, +inf when empty; may be nullptr
+  std::int64_t stride_lse_t = 0;
+  std::int64_t stride_lse_h = 0;
+  float* max_logits = nullptr;  // [T, h_q] scaled natural-log logits, -inf when empty; may be nullptr
+  std::int64_t stride_max_t = 0;
+  std::int64_t stride_max_h = 0;
+
+  // Split over keys: with num_splits > 1 every split writes a normalised f32
+  // partial and its log2-domain lse; the combine kernel merges them.
+  int num_splits = 1;
+  float* partial_out = nullptr;  // [num_splits, T, h_q, 512]
+  float* partial_lse = nullptr;  // [num_splits, T, h_q], -inf for an empty split
+  float* partial_max = nullptr;  // [num_splits, T, h_q]
+};
+
+}  // namespace smla::cuda

@@ -1,0 +1,46 @@
+// Internal: builds the AttentionVariant entries of one loader (included by the
+// per-loader instantiation files only).
+#pragma once
+
+#include "src/cuda/sparse_attention_kernel.cuh"
+#include "src/cuda/sparse_attention_launch.h"
+
+namespace smla::cuda {
+
+template <class Loader, int kRows>
+cudaError_t set_smem_limit() {
+  return cudaFuncSetAttribute(sparse_attention_kernel<Loader, kRows>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              AttentionConfig<Loader, kRows>::kSmemBytes);
+}
+
+template <class Loader, int kRows>
+cudaError_t launch_attention(const SparseAttentionParams& params, dim3 grid, cudaStream_t stream) {
+  const cudaError_t status = set_smem_limit<Loader, kRows>();
+  if (status != cudaSuccess) return status;
+  sparse_attention_kernel<Loader, kRows>
+      <<<grid, kAttentionThreads, AttentionConfig<Loader, kRows>::kSmemBytes, stream>>>(params);
+  return cudaGetLastError();
+}
+
+template <class Loader, int kRows>
+cudaError_t attention_blocks_per_sm(int* blocks) {
+  const cudaError_t status = set_smem_limit<Loader, kRows>();
+  if (status != cudaSuccess) return status;
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, sparse_attention_kernel<Loader, kRows>,
+                                                       kAttentionThreads, AttentionConfig<Loader, kRows>::kSmemBytes);
+}
+
+template <class Loader, int kRows>
+AttentionVariant make_variant() {
+  return {kRows, AttentionConfig<Loader, kRows>::kSmemBytes, &launch_attention<Loader, kRows>,
+          &attention_blocks_per_sm<Loader, kRows>};
+}
+
+template <class Loader>
+AttentionVariant make_variant_for_rows(int rows) {
+  if (rows <= 16) return make_variant<Loader, 16>();
+  if (rows <= 32) return make_variant<Loader, 32>();
+  return make_variant<Loader, 64>();
+}
+
+}  // namespace smla::cuda

@@ -1,0 +1,18 @@
+#include "src/layer/checks.h"
+#include "src/layer/cpu/rope_f32.h"
+#include "src/layer/layer_backend.h"
+
+namespace smla::layer_detail {
+
+Status apply_rope_f32(const RopeArgs& args, const RopeShape& shape) {
+  float* base = args.x.ptr<float>();
+  for (std::int64_t t = 0; t < shape.tokens; ++t) {
+    const float* cos_sin = args.table->row(read_index(args.positions, t));
+    for (std::int64_t h = 0; h < shape.heads; ++h) {
+      rotate_f32(base + t * shape.stride_token + h * shape.stride_head + args.rope_offset, cos_sin, args.direction);
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace smla::layer_detail

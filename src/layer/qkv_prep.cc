@@ -1,0 +1,71 @@
+// Entries of the query and KV preparation ops (spec 1.4, 1.5).
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "smla/layer.h"
+#include "src/layer/cache_rows.h"
+#include "src/layer/checks.h"
+#include "src/layer/layer_backend.h"
+
+namespace smla {
+
+using namespace layer_detail;
+
+namespace {
+
+constexpr std::int64_t kHeadDim = V4Fp8Format::kHeadDim;
+
+Expected<QueryShape> validate_query(const QueryPrepArgs& args) {
+  if (args.rope == nullptr) return invalid_argument("rope", "a RopeTable", "nullptr");
+  SMLA_RETURN_IF_ERROR(check_tensor(args.q, "q", {DType::kF32, DType::kBF16}, {kAnyExtent, kAnyExtent, kHeadDim}));
+  QueryShape shape{args.q.shape[0], args.q.shape[1], 0};
+  SMLA_RETURN_IF_ERROR(check_tensor(args.out, "out", {DType::kBF16}, {shape.tokens, kAnyExtent, kHeadDim}));
+  shape.padded_heads = args.out.shape[1];
+  if (shape.padded_heads < shape.heads) {
+    return invalid_argument("out", fmt::format("at least {} heads (the heads of q)", shape.heads),
+                            args.out.shape_string());
+  }
+  if (!(args.eps > 0.0f && std::isfinite(args.eps))) {
+    return invalid_argument("eps", "a finite value > 0", fmt::format("{}", args.eps));
+  }
+  SMLA_RETURN_IF_ERROR(check_index_vector(args.positions, "positions", shape.tokens));
+  SMLA_RETURN_IF_ERROR(check_positions(args.positions, "positions", args.rope->max_positions()));
+  return shape;
+}
+
+Expected<KvShape> validate_kv(const KvPrepArgs& args) {
+  if (args.rope == nullptr) return invalid_argument("rope", "a RopeTable", "nullptr");
+  SMLA_RETURN_IF_ERROR(check_tensor(args.kv, "kv", {DType::kF32, DType::kBF16}, {kAnyExtent, kHeadDim}));
+  KvShape shape{args.kv.shape[0], 0};
+  SMLA_RETURN_IF_ERROR(check_index_vector(args.positions, "positions", shape.tokens));
+  SMLA_RETURN_IF_ERROR(check_positions(args.positions, "positions", args.rope->max_positions()));
+  if (!args.slot_mapping.present() || args.slot_mapping.rank != 1 || args.slot_mapping.shape[0] > shape.tokens) {
+    return invalid_argument("slot_mapping", fmt::format("an i32/i64 vector of at most {} slots", shape.tokens),
+                            args.slot_mapping.present() ? args.slot_mapping.shape_string() : "absent");
+  }
+  shape.inserted = args.slot_mapping.shape[0];
+  SMLA_RETURN_IF_ERROR(check_index_vector(args.slot_mapping, "slot_mapping", shape.inserted));
+  SMLA_RETURN_IF_ERROR(validate_row_cache_512(args.cache, "cache"));
+  SMLA_RETURN_IF_ERROR(check_slots(args.slot_mapping, "slot_mapping", args.cache.num_slots()));
+  if (args.rotated.present()) {
+    SMLA_RETURN_IF_ERROR(check_tensor(args.rotated, "rotated", {DType::kBF16}, {shape.tokens, kHeadDim}));
+  }
+  return shape;
+}
+
+}  // namespace
+
+Status prepare_query(const QueryPrepArgs& args, Backend backend) {
+  auto shape = validate_query(args);
+  if (!shape) return shape.status().with_context("prepare_query: ");
+  return call_layer_op(backend, &LayerOps::prepare_query, "prepare_query", args, *shape);
+}
+
+Status prepare_kv(const KvPrepArgs& args, Backend backend) {
+  auto shape = validate_kv(args);
+  if (!shape) return shape.status().with_context("prepare_kv: ");
+  return call_layer_op(backend, &LayerOps::prepare_kv, "prepare_kv", args, *shape);
+}
+
+}  // namespace smla

@@ -1,0 +1,294 @@
+// The CUDA attention kernels against the float64 reference backend on random
+// testkit cases: both KV sources, every format, head counts 1..128, per-token
+// lengths, out-of-range indices, strided views, odd page sizes, split and
+// unsplit launches, the explicit-workspace API and CUDA-graph replay.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "smla/attention.h"
+#include "smla/cuda.h"
+#include "tests/common/test_common.h"
+#include "tests/unit/cuda/device_copy.h"
+#include "testkit/testkit.h"
+
+namespace smla {
+namespace {
+
+using cudatest::DeviceBuffer;
+using cudatest::DeviceDecodeArgs;
+using cudatest::DevicePrefillArgs;
+using testing::IsOk;
+using testing::WithinTolerance;
+
+// bf16 inputs and P, f32 accumulation, bf16 output: about 1e-2 of |v| ~ 1.
+const testkit::Tolerance kOutTolerance{2e-2, 2e-2, 1e-4};
+const testkit::Tolerance kStatTolerance{2e-3, 1e-4, 1e-6};
+
+#define SKIP_WITHOUT_DEVICE()                                                         \
+  do {                                                                                \
+    if (!cudatest::cuda_device_present()) GTEST_SKIP() << "no CUDA device";            \
+  } while (0)
+
+// Runs the reference on the host case and the cuda backend on a device copy,
+// then compares every element (outputs start poisoned on both sides).
+void expect_decode_matches(testkit::DecodeCaseOptions options, const std::string& what) {
+  options.seed = testing::test_seed() + options.seed;
+  SMLA_SEED_TRACE(options.seed);
+  SCOPED_TRACE(what);
+  testkit::DecodeCase c = testkit::make_decode_case(options);
+  ASSERT_TRUE(IsOk(sparse_decode(c.args(), Backend::kReference)));
+
+  testkit::HostTensor got_out = c.make_out();
+  testkit::HostTensor got_lse = c.make_lse();
+  testkit::poison(got_out.view());
+  testkit::poison(got_lse.view());
+  DeviceDecodeArgs device(c.args_with_outputs(got_out.view(), got_lse.view()));
+  ASSERT_TRUE(IsOk(sparse_decode(device.args, Backend::kCuda)));
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  cudatest::copy_to_host(*device.out, got_out.view());
+  cudatest::copy_to_host(*device.lse, got_lse.view());
+  EXPECT_TRUE(WithinTolerance(testkit::compare_bf16(got_out.view(), c.out().view(), kOutTolerance), "out"));
+  EXPECT_TRUE(WithinTolerance(testkit::compare_f32(got_lse.view(), c.lse().view(), kStatTolerance), "lse"));
+}
+
+testkit::DecodeCaseOptions small_v4_case() {
+  testkit::DecodeCaseOptions o;
+  o.num_requests = 3;
+  o.s_q = 2;
+  o.num_heads = 64;
+  o.main_topk = 128;
+  o.main_page_size = 64;
+  o.main_context = 300;
+  o.extra_topk = 192;
+  o.extra_page_size = 64;
+  o.extra_context = 400;
+  return o;
+}
+
+TEST(CudaSparseDecode, V4TwoSourcesMatchesReference) {
+  SKIP_WITHOUT_DEVICE();
+  expect_decode_matches(small_v4_case(), "v4 h64 main+extra");
+}
+
+TEST(CudaSparseDecode, HeadCountsFromOneTo128) {
+  SKIP_WITHOUT_DEVICE();
+  for (std::int64_t heads : {1, 3, 8, 16, 24, 32, 48, 64, 80, 128}) {
+    testkit::DecodeCaseOptions o = small_v4_case();
+    o.num_heads = heads;
+    o.seed = static_cast<std::uint64_t>(heads);
+    expect_decode_matches(o, "heads " + std::to_string(heads));
+  }
+}
+
+TEST(CudaSparseDecode, RandomLengthsInvalidIndicesAndOddPages) {
+  SKIP_WITHOUT_DEVICE();
+  testkit::DecodeCaseOptions o = small_v4_case();
+  o.random_lengths = true;
+  o.invalid_index_fraction = 0.2;
+  o.main_page_size = 37;
+  o.extra_page_size = 3;
+  o.s_q = 3;
+  expect_decode_matches(o, "lengths + invalid + pages 37/3");
+}
+
+TEST(CudaSparseDecode, StridedViews) {
+  SKIP_WITHOUT_DEVICE();
+  testkit::DecodeCaseOptions o = small_v4_case();
+  o.strided = true;
+  o.num_heads = 40;
+  expect_decode_matches(o, "strided");
+}
+
+TEST(CudaSparseDecode, MainCacheOnlyAndEmptyRows) {
+  SKIP_WITHOUT_DEVICE();
+  testkit::DecodeCaseOptions o = small_v4_case();
+  o.extra_topk = 0;
+  o.random_lengths = true;  // some tokens draw length 0: out 0, lse +inf
+  o.num_requests = 6;
+  expect_decode_matches(o, "main only");
+}
+
+TEST(CudaSparseDecode, V32Format) {
+  SKIP_WITHOUT_DEVICE();
+  testkit::DecodeCaseOptions o;
+  o.format = KvFormat::kV32Fp8;
+  o.num_requests = 2;
+  o.num_heads = 128;
+  o.main_topk = 256;
+  o.main_context = 600;
+  o.extra_topk = 0;
+  o.random_lengths = true;
+  o.invalid_index_fraction = 0.1;
+  expect_decode_matches(o, "v3.2 h128");
+  o.num_heads = 16;
+  o.strided = true;
+  expect_decode_matches(o, "v3.2 h16 strided");
+}
+
+TEST(CudaSparseDecode, PlainRowFormats) {
+  SKIP_WITHOUT_DEVICE();
+  for (KvFormat format : {KvFormat::kBf16Rows, KvFormat::kFp8Rows}) {
+    testkit::DecodeCaseOptions o = small_v4_case();
+    o.format = format;
+    o.num_heads = 32;
+    o.random_lengths = true;
+    expect_decode_matches(o, std::string(kv_format_name(format)));
+  }
+}
+
+TEST(CudaSparseDecode, ManyTokensDirectPrefillFromCaches) {
+  SKIP_WITHOUT_DEVICE();
+  // Prefill straight from the FP8 paged caches: many query tokens, each with its
+  // own index lists and lengths; enough CTAs that nothing is split.
+  testkit::DecodeCaseOptions o = small_v4_case();
+  o.num_requests = 24;
+  o.s_q = 8;
+  o.num_heads = 64;
+  o.random_lengths = true;
+  expect_decode_matches(o, "192 tokens");
+}
+
+// The explicit-workspace API on a user stream; a too-small workspace is refused.
+TEST(CudaSparseDecode, ExplicitWorkspaceOnStream) {
+  SKIP_WITHOUT_DEVICE();
+  testkit::DecodeCaseOptions o = small_v4_case();
+  o.num_requests = 1;
+  o.s_q = 1;  // one token: the keys are split across CTAs
+  o.seed = testing::test_seed();
+  SMLA_SEED_TRACE(o.seed);
+  testkit::DecodeCase c = testkit::make_decode_case(o);
+  ASSERT_TRUE(IsOk(sparse_decode(c.args(), Backend::kReference)));
+  testkit::HostTensor got_out = c.make_out();
+  testkit::HostTensor got_lse = c.make_lse();
+  testkit::poison(got_out.view());
+  testkit::poison(got_lse.view());
+  DeviceDecodeArgs device(c.args_with_outputs(got_out.view(), got_lse.view()));
+
+  auto bytes = cuda_sparse_decode_workspace_size(device.args);
+  ASSERT_TRUE(IsOk(bytes.status()));
+  ASSERT_GT(*bytes, 0u) << "a single token should be split over keys";
+  DeviceBuffer workspace(*bytes);
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  EXPECT_TRUE(testing::FailsWith(cuda_sparse_decode(device.args, workspace.data(), *bytes - 1, stream),
+                                 StatusCode::kInvalidArgument, {"workspace_bytes"}));
+  ASSERT_TRUE(IsOk(cuda_sparse_decode(device.args, workspace.data(), *bytes, stream)));
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  cudaStreamDestroy(stream);
+  cudatest::copy_to_host(*device.out, got_out.view());
+  cudatest::copy_to_host(*device.lse, got_lse.view());
+  EXPECT_TRUE(WithinTolerance(testkit::compare_bf16(got_out.view(), c.out().view(), kOutTolerance), "out"));
+  EXPECT_TRUE(WithinTolerance(testkit::compare_f32(got_lse.view(), c.lse().view(), kStatTolerance), "lse"));
+}
+
+// Captured once, replayed after the length VALUES change on the device: the
+// graph must follow the new lengths (nothing was planned from them on the host).
+TEST(CudaSparseDecode, GraphReplayFollowsNewLengths) {
+  SKIP_WITHOUT_DEVICE();
+  testkit::DecodeCaseOptions o = small_v4_case();
+  o.num_requests = 2;
+  o.random_lengths = true;
+  o.seed = testing::test_seed();
+  SMLA_SEED_TRACE(o.seed);
+  testkit::DecodeCase c = testkit::make_decode_case(o);
+  testkit::HostTensor got_out = c.make_out();
+  testkit::HostTensor got_lse = c.make_lse();
+  DeviceDecodeArgs device(c.args_with_outputs(got_out.view(), got_lse.view()));
+  auto bytes = cuda_sparse_decode_workspace_size(device.args);
+  ASSERT_TRUE(IsOk(bytes.status()));
+  DeviceBuffer workspace(*bytes);
+
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+  const Status captured = cuda_sparse_decode(device.args, workspace.data(), *bytes, stream);
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  ASSERT_TRUE(IsOk(captured));
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+
+  // New lengths: every token attends its full extra list and half its window.
+  SparseDecodeArgs host = c.args();
+  const std::int64_t tokens = host.q.shape[0];
+  for (std::int64_t t = 0; t < tokens; ++t) {
+    *host.main_lengths.ptr_at<std::int32_t>({t}) = static_cast<std::int32_t>(host.main_indices.shape[1] / 2);
+    *host.extra_lengths.ptr_at<std::int32_t>({t}) = static_cast<std::int32_t>(host.extra_indices.shape[1]);
+  }
+  cudatest::check_cuda(cudaMemcpy(device.args.main_lengths.data, host.main_lengths.data,
+                                  testkit::storage_bytes(host.main_lengths), cudaMemcpyHostToDevice),
+                       "lengths");
+  cudatest::check_cuda(cudaMemcpy(device.args.extra_lengths.data, host.extra_lengths.data,
+                                  testkit::storage_bytes(host.extra_lengths), cudaMemcpyHostToDevice),
+                       "lengths");
+  ASSERT_TRUE(IsOk(sparse_decode(host, Backend::kReference)));
+  testkit::poison(got_out.view());
+  cudatest::check_cuda(cudaMemcpy(device.args.out.data, got_out.view().data, testkit::storage_bytes(got_out.view()),
+                                  cudaMemcpyHostToDevice),
+                       "poison");
+  ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+  cudatest::copy_to_host(*device.out, got_out.view());
+  cudatest::copy_to_host(*device.lse, got_lse.view());
+  EXPECT_TRUE(WithinTolerance(testkit::compare_bf16(got_out.view(), c.out().view(), kOutTolerance), "out"));
+  EXPECT_TRUE(WithinTolerance(testkit::compare_f32(got_lse.view(), c.lse().view(), kStatTolerance), "lse"));
+}
+
+TEST(CudaSparseDecode, RejectsHostTensors) {
+  SKIP_WITHOUT_DEVICE();
+  testkit::DecodeCase c = testkit::make_decode_case(small_v4_case());
+  const Status status = sparse_decode(c.args(), Backend::kCuda);
+  EXPECT_FALSE(status.ok());
+  EXPECT_NE(status.message().find("cuda"), std::string::npos) << status.to_string();
+}
+
+void expect_prefill_matches(testkit::PrefillCaseOptions options, const std::string& what) {
+  options.seed = testing::test_seed() + options.seed;
+  SMLA_SEED_TRACE(options.seed);
+  SCOPED_TRACE(what);
+  testkit::PrefillCase c = testkit::make_prefill_case(options);
+  ASSERT_TRUE(IsOk(sparse_prefill(c.args(), Backend::kReference)));
+  testkit::HostTensor got_out = c.make_out();
+  testkit::HostTensor got_max = c.make_max_logits();
+  testkit::HostTensor got_lse = c.make_lse();
+  testkit::poison(got_out.view());
+  testkit::poison(got_max.view());
+  testkit::poison(got_lse.view());
+  DevicePrefillArgs device(c.args_with_outputs(got_out.view(), got_max.view(), got_lse.view()));
+  ASSERT_TRUE(IsOk(sparse_prefill(device.args, Backend::kCuda)));
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  cudatest::copy_to_host(*device.out, got_out.view());
+  cudatest::copy_to_host(*device.max_logits, got_max.view());
+  cudatest::copy_to_host(*device.lse, got_lse.view());
+  EXPECT_TRUE(WithinTolerance(testkit::compare_bf16(got_out.view(), c.out().view(), kOutTolerance), "out"));
+  EXPECT_TRUE(WithinTolerance(testkit::compare_f32(got_max.view(), c.max_logits().view(), kStatTolerance), "max"));
+  EXPECT_TRUE(WithinTolerance(testkit::compare_f32(got_lse.view(), c.lse().view(), kStatTolerance), "lse"));
+}
+
+TEST(CudaSparsePrefill, FlatBf16WorkspaceMatchesReference) {
+  SKIP_WITHOUT_DEVICE();
+  testkit::PrefillCaseOptions o;
+  o.s_q = 12;
+  o.s_kv = 700;
+  o.num_heads = 64;
+  o.topk = 160;
+  expect_prefill_matches(o, "d512 h64");
+  o.d_qk = 576;
+  o.num_heads = 128;
+  o.strided = true;
+  expect_prefill_matches(o, "d576 h128 strided");
+  o.d_qk = 512;
+  o.num_heads = 5;
+  o.s_q = 1;  // split over keys
+  o.strided = false;
+  expect_prefill_matches(o, "d512 h5 one query");
+}
+
+}  // namespace
+}  // namespace smla
