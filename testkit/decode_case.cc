@@ -260,9 +260,13 @@ SparseDecodeArgs DecodeCase::args_with_outputs(const TensorView& out, const Tens
   return a;
 }
 
-SparseDecodeArgs DecodeCase::args() {
+void DecodeCase::poison_outputs() {
   poison(out_.view());
   poison(lse_.view());
+}
+
+SparseDecodeArgs DecodeCase::args() {
+  poison_outputs();
   return args_with_outputs(out_.view(), lse_.view());
 }
 
@@ -357,8 +361,7 @@ DecodeCase make_decode_case(const DecodeCaseOptions& options) {
   c.out_ = HostTensor::zeros(DType::kBF16, {T, H, d_v},
                              {H * out_head_stride + (o.strided ? kTokenPad : 0), out_head_stride, 1});
   c.lse_ = HostTensor::zeros(DType::kF32, {T, H}, {o.strided ? H + kLsePad : H, 1});
-  poison(c.out_.view());
-  poison(c.lse_.view());
+  c.poison_outputs();
   return c;
 }
 

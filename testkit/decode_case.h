@@ -53,9 +53,11 @@ class DecodeCase {
   float softmax_scale() const { return softmax_scale_; }
   bool has_extra() const { return extra_pages_.present(); }
 
-  // Views into this case's buffers. out and lse are poisoned first, so an
-  // element the backend forgets to write shows as poison.
+  // Views into this case's buffers. out and lse are poisoned first (see
+  // poison_outputs), so an element the backend forgets to write shows.
   SparseDecodeArgs args();
+  // Refills out and lse with NaN poison (testkit::poison).
+  void poison_outputs();
   // The same inputs writing to caller-owned outputs (nothing is poisoned).
   SparseDecodeArgs args_with_outputs(const TensorView& out, const TensorView& lse) const;
   // Fresh zeroed outputs with this case's shapes and strides.

@@ -81,10 +81,14 @@ SparsePrefillArgs PrefillCase::args_with_outputs(const TensorView& out, const Te
   return a;
 }
 
-SparsePrefillArgs PrefillCase::args() {
+void PrefillCase::poison_outputs() {
   poison(out_.view());
   poison(max_logits_.view());
   poison(lse_.view());
+}
+
+SparsePrefillArgs PrefillCase::args() {
+  poison_outputs();
   return args_with_outputs(out_.view(), max_logits_.view(), lse_.view());
 }
 
@@ -135,9 +139,7 @@ PrefillCase make_prefill_case(const PrefillCaseOptions& options) {
   c.out_ = HostTensor::zeros(DType::kBF16, {o.s_q, H, o.d_v}, {H * out_head_stride, out_head_stride, 1});
   c.max_logits_ = HostTensor::zeros(DType::kF32, {o.s_q, H}, {o.strided ? H + kStatPad : H, 1});
   c.lse_ = HostTensor::zeros(DType::kF32, {o.s_q, H}, {o.strided ? H + kStatPad : H, 1});
-  poison(c.out_.view());
-  poison(c.max_logits_.view());
-  poison(c.lse_.view());
+  c.poison_outputs();
   return c;
 }
 

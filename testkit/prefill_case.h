@@ -36,6 +36,8 @@ class PrefillCase {
 
   // Views into this case's buffers; out, max_logits and lse are poisoned first.
   SparsePrefillArgs args();
+  // Refills out, max_logits and lse with NaN poison (testkit::poison).
+  void poison_outputs();
   SparsePrefillArgs args_with_outputs(const TensorView& out, const TensorView& max_logits,
                                       const TensorView& lse) const;
   HostTensor make_out() const;

@@ -4,7 +4,9 @@
 // time, GFLOP/s on the FlashMLA counting basis, the fraction of this machine's
 // f32 FMA peak (measured here) and the speed-up over the baseline.
 //
-//   smla_bench_cpu [--cases FILE] [--json OUT] [--runs N] [--threads N] [--filter TEXT] [--no-baseline]
+//   smla_bench_cpu [--cases FILE] [--json OUT] [--runs N] [--threads N] [--filter TEXT]
+//                  [--simd TARGET] [--no-baseline]
+// --simd forces one compiled-in target (e.g. AVX2) for the kernels and the FMA probe alike.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -34,6 +36,7 @@ struct Options {
   int warmup = 2;
   int threads = 0;
   std::string filter;
+  std::string simd;  // force a SIMD target by name ("AVX2"); empty: the best
   bool baseline = true;
 };
 
@@ -51,12 +54,14 @@ bool parse_options(int argc, char** argv, Options* o) {
       o->threads = std::atoi(argv[++i]);
     } else if (arg == "--filter" && has_value) {
       o->filter = argv[++i];
+    } else if (arg == "--simd" && has_value) {
+      o->simd = argv[++i];
     } else if (arg == "--no-baseline") {
       o->baseline = false;
     } else {
       std::fprintf(stderr,
                    "usage: smla_bench_cpu [--cases FILE] [--json OUT] [--runs N] [--threads N] [--filter TEXT] "
-                   "[--no-baseline]\nunknown or incomplete argument: %s\n",
+                   "[--simd TARGET] [--no-baseline]\nunknown or incomplete argument: %s\n",
                    arg.c_str());
       return false;
     }
@@ -118,6 +123,17 @@ int run(const Options& o) {
   if (cases.is_discarded() || !cases.contains("cases")) {
     std::fprintf(stderr, "%s: not a case list\n", o.cases_path.c_str());
     return 1;
+  }
+  if (!o.simd.empty()) {
+    std::int64_t id = 0;
+    for (const auto& target : cpu::available_simd_targets()) {
+      if (target.name == o.simd) id = target.id;
+    }
+    if (id == 0) {
+      std::fprintf(stderr, "--simd %s: not compiled in or not supported by this CPU\n", o.simd.c_str());
+      return 1;
+    }
+    cpu::force_simd_target(id);
   }
   cpu::set_num_threads(o.threads);
   const int threads = cpu::num_threads();

@@ -11,11 +11,14 @@
 //    causally valid entries j < (pos+1)/4 of the token's request; the k largest
 //    as request-local entry numbers, padded with -1.
 //
-// Ordering and ties (deterministic, every backend): entries are sorted by
-// logit descending; equal logits keep the smaller entry number first. A NaN
-// logit ranks below every number. With the short-context shortcut (the whole
-// batch's longest request has max_seq_len / 4 <= k) the logits are not
-// computed and row t is 0, 1, ..., n_comp(t) - 1, then -1 (spec 1.8).
+// Selection and order (deterministic, every backend): the k entries with the
+// largest logits are selected; equal logits prefer the smaller entry number; a
+// NaN logit ranks below every number. The selected entries are written in
+// ascending entry order, so a row does not depend on how the logits ranked
+// them, and equals the short-context fill whenever all entries fit. With the
+// short-context shortcut (the batch's longest request has max_seq_len / 4 <= k)
+// the logits are not computed and row t is 0, 1, ..., n_comp(t) - 1, then -1
+// (spec 1.8).
 #pragma once
 
 #include <cstdint>

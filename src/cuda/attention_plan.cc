@@ -66,19 +66,26 @@ Expected<AttentionPlan> plan_attention(LoaderKind kind, std::int64_t num_tokens,
   AttentionPlan plan;
   for (;; rows /= 2) {
     plan.variant = attention_variant(kind, rows);
-    if (plan.variant.smem_bytes <= device->smem_optin) break;
+    if (plan.variant.smem_bytes(2) <= device->smem_optin) break;
     if (rows == 16) {
       return unimplemented(fmt::format("cuda: the attention kernel needs {} B of shared memory per block, the device "
                                        "allows {} B",
-                                       plan.variant.smem_bytes, device->smem_optin));
+                                       plan.variant.smem_bytes(2), device->smem_optin));
     }
   }
+  // As many raw KV tiles in flight as shared memory allows: the gathers are
+  // latency-bound random row reads, so depth is what keeps HBM busy.
+  plan.kv_stages = 2;
+  while (plan.kv_stages < kMaxKvStages && plan.variant.smem_bytes(plan.kv_stages + 1) <= device->smem_optin) {
+    ++plan.kv_stages;
+  }
+  plan.smem_bytes = plan.variant.smem_bytes(plan.kv_stages);
   plan.head_blocks = static_cast<int>((num_heads + rows - 1) / rows);
 
   // Split the keys only when the (token, head block) grid leaves SMs idle, and
   // never into more pieces than there are 32-key tiles.
   int blocks_per_sm = 1;
-  const cudaError_t error = plan.variant.blocks_per_sm(&blocks_per_sm);
+  const cudaError_t error = plan.variant.blocks_per_sm(plan.smem_bytes, &blocks_per_sm);
   if (error != cudaSuccess) return cuda_failure("occupancy query", error);
   const std::int64_t slots = static_cast<std::int64_t>(device->sm_count) * std::max(blocks_per_sm, 1);
   const std::int64_t blocks = std::max<std::int64_t>(num_tokens * plan.head_blocks, 1);
@@ -92,6 +99,7 @@ Expected<AttentionPlan> plan_attention(LoaderKind kind, std::int64_t num_tokens,
 
 void assign_workspace(const AttentionPlan& plan, void* workspace, SparseAttentionParams* params) {
   params->num_splits = plan.num_splits;
+  params->kv_stages = plan.kv_stages;
   if (plan.num_splits <= 1) return;
   auto* base = static_cast<std::uint8_t*>(workspace);
   const std::size_t out_bytes = partial_out_bytes(plan, params->num_tokens, params->num_heads);
@@ -105,7 +113,7 @@ Status launch_planned_attention(const AttentionPlan& plan, SparseAttentionParams
   if (params.num_tokens == 0 || params.num_heads == 0) return Status::Ok();
   const dim3 grid(static_cast<unsigned>(params.num_tokens), static_cast<unsigned>(plan.head_blocks),
                   static_cast<unsigned>(plan.num_splits));
-  cudaError_t error = plan.variant.launch(params, grid, stream);
+  cudaError_t error = plan.variant.launch(params, grid, plan.smem_bytes, stream);
   if (error != cudaSuccess) return cuda_failure("attention kernel launch", error);
   if (plan.num_splits > 1) {
     error = launch_split_combine(params, stream);

@@ -12,6 +12,8 @@ namespace smla::cuda {
 
 struct AttentionPlan {
   AttentionVariant variant;
+  int kv_stages = 2;
+  int smem_bytes = 0;
   int head_blocks = 1;
   int num_splits = 1;
   std::size_t workspace_bytes = 0;

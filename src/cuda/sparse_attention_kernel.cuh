@@ -49,20 +49,20 @@ struct AttentionConfig {
 
   static constexpr int kQBytes = kRows * kRowStride * 2;
   static constexpr int kKBytes = kKeys * kRowStride * 2;
-  static constexpr int kRawBytes = kKeys * Loader::kRawStride;
+  static constexpr int kRawStageBytes = kKeys * Loader::kRawStride;
   static constexpr int kSBytes = kDSplit * kRows * kSStride * 4;
   static constexpr int kPBytes = kRows * kPStride * 2;
   static constexpr int kQOffset = 0;
   static constexpr int kKOffset = kQOffset + kQBytes;
-  static constexpr int kRawOffset = kKOffset + kKBytes;
-  static constexpr int kSOffset = kRawOffset + kRawBytes;
+  static constexpr int kSOffset = kKOffset + kKBytes;
   static constexpr int kPOffset = kSOffset + kSBytes;
   static constexpr int kAlphaOffset = kPOffset + kPBytes;
   static constexpr int kMOffset = kAlphaOffset + kRows * 4;
   static constexpr int kLOffset = kMOffset + kRows * 4;
-  static constexpr int kValidOffset = kLOffset + kRows * 4;
-  static constexpr int kSmemBytes = kValidOffset + kKeys * 4;
-  static_assert(kRawOffset % 16 == 0 && kSOffset % 16 == 0 && kPOffset % 16 == 0);
+  static constexpr int kFlagOffset = kLOffset + kRows * 4;  // [kMaxKvStages][kKeys] validity | source << 1
+  static constexpr int kRawOffset = (kFlagOffset + kMaxKvStages * kKeys * 4 + 15) / 16 * 16;  // then the raw ring
+  static_assert(kSOffset % 16 == 0 && kPOffset % 16 == 0 && kRawStageBytes % 16 == 0);
+  static constexpr int smem_bytes(int stages) { return kRawOffset + stages * kRawStageBytes; }
 };
 
 __device__ __forceinline__ int clamped_length(const KvSourceParams& src, int token) {
@@ -112,13 +112,13 @@ __global__ void __launch_bounds__(kAttentionThreads, 1)
   extern __shared__ __align__(16) std::uint8_t smem[];
   __nv_bfloat16* q_s = reinterpret_cast<__nv_bfloat16*>(smem + Cfg::kQOffset);
   __nv_bfloat16* k_s = reinterpret_cast<__nv_bfloat16*>(smem + Cfg::kKOffset);
-  std::uint8_t* raw_s = smem + Cfg::kRawOffset;
+  std::uint8_t* raw_s = smem + Cfg::kRawOffset;  // p.kv_stages tiles of raw rows
   float* s_s = reinterpret_cast<float*>(smem + Cfg::kSOffset);
   __nv_bfloat16* p_s = reinterpret_cast<__nv_bfloat16*>(smem + Cfg::kPOffset);
   float* alpha_s = reinterpret_cast<float*>(smem + Cfg::kAlphaOffset);
   float* m_s = reinterpret_cast<float*>(smem + Cfg::kMOffset);
   float* l_s = reinterpret_cast<float*>(smem + Cfg::kLOffset);
-  int* valid_s = reinterpret_cast<int*>(smem + Cfg::kValidOffset);
+  int* flag_s = reinterpret_cast<int*>(smem + Cfg::kFlagOffset);
 
   const int token = static_cast<int>(blockIdx.x);
   const int head0 = static_cast<int>(blockIdx.y) * kRows;
@@ -162,16 +162,29 @@ __global__ void __launch_bounds__(kAttentionThreads, 1)
     return;
   }
 
-  // Loader role: 8 threads per key of the tile.
+  // Loader role: 8 threads per key of the tile. Raw tiles travel through a ring
+  // of p.kv_stages buffers, kv_stages - 1 tiles ahead of the one being used; each
+  // key's validity and source sit in flag_s so the expanding thread knows them.
   const int my_key = tid / kThreadsPerKey;
   const int my_part = tid % kThreadsPerKey;
-  std::uint8_t* my_raw = raw_s + my_key * Loader::kRawStride;
+  const int stages = p.kv_stages;
   const int num_tiles = (end - begin + Cfg::kKeys - 1) / Cfg::kKeys;
-
-  KeySlot current = fetch_key(p, token, begin + my_key, end, n_main);
-  if (current.valid) Loader::issue(my_raw, current.source == 0 ? p.source[0] : p.source[1], current.slot, my_part);
-  cp_async_commit();
-  KeySlot upcoming = fetch_key(p, token, begin + Cfg::kKeys + my_key, end, n_main);
+  auto issue_tile = [&](int tile, const KeySlot& key) {
+    const int stage = tile % stages;
+    const bool load = tile < num_tiles && key.valid;
+    if (load) {
+      Loader::issue(raw_s + stage * Cfg::kRawStageBytes + my_key * Loader::kRawStride,
+                    key.source == 0 ? p.source[0] : p.source[1], key.slot, my_part);
+    }
+    if (my_part == 0) flag_s[stage * Cfg::kKeys + my_key] = (load ? 1 : 0) | (key.source << 1);
+    cp_async_commit();
+  };
+  KeySlot upcoming = fetch_key(p, token, begin + my_key, end, n_main);
+  for (int tile = 0; tile < stages - 1; ++tile) {
+    const KeySlot key = upcoming;
+    upcoming = fetch_key(p, token, begin + (tile + 1) * Cfg::kKeys + my_key, end, n_main);
+    issue_tile(tile, key);
+  }
 
   // Q rows of this head block; rows past h_q are zero and never written out.
   {
@@ -212,52 +225,66 @@ __global__ void __launch_bounds__(kAttentionThreads, 1)
   constexpr int kStepsPerPart = Cfg::kDim / 16 / Cfg::kDSplit;
 
   for (int tile = 0; tile < num_tiles; ++tile) {
-    cp_async_wait_all();
-    __syncthreads();  // raw rows landed; previous tile's PV finished with k_s and p_s
+    cp_async_wait_pending(stages - 2);  // this tile's group has landed
+    __syncthreads();  // ... for every thread; previous tile's PV finished with k_s and p_s
 
     {
+      const int stage = tile % stages;
+      const int flag = flag_s[stage * Cfg::kKeys + my_key];
       __nv_bfloat16* krow = k_s + my_key * Cfg::kRowStride;
-      if (current.valid) {
-        const float fp8_scale = current.source == 0 ? p.source[0].fp8_scale : p.source[1].fp8_scale;
-        Loader::dequant(my_raw, krow, my_part, fp8_scale);
+      if (flag & 1) {
+        const float fp8_scale = (flag >> 1) == 0 ? p.source[0].fp8_scale : p.source[1].fp8_scale;
+        Loader::dequant(raw_s + stage * Cfg::kRawStageBytes + my_key * Loader::kRawStride, krow, my_part, fp8_scale);
       } else {  // zero rows keep NaN garbage out of P V (P is 0 there, but 0 * NaN is NaN)
         for (int c = my_part; c < Cfg::kDim * 2 / 16; c += kThreadsPerKey) {
           reinterpret_cast<uint4*>(krow)[c] = make_uint4(0, 0, 0, 0);
         }
       }
-      if (my_part == 0) valid_s[my_key] = current.valid ? 1 : 0;
     }
-    __syncthreads();  // K tile ready; raw buffer free
+    __syncthreads();  // K tile ready; its raw stage is free again
 
-    current = upcoming;
-    if (tile + 1 < num_tiles && current.valid) {
-      Loader::issue(my_raw, current.source == 0 ? p.source[0] : p.source[1], current.slot, my_part);
+    {
+      const KeySlot key = upcoming;
+      upcoming = fetch_key(p, token, begin + (tile + stages) * Cfg::kKeys + my_key, end, n_main);
+      issue_tile(tile + stages - 1, key);
     }
-    cp_async_commit();
-    upcoming = fetch_key(p, token, begin + (tile + 2) * Cfg::kKeys + my_key, end, n_main);
 
     // S = Q K^T for one (16 rows x 16 keys) block per warp, over this warp's slice of d_qk.
     {
-      float s_acc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+      // Two accumulator sets (even / odd k-steps) keep independent MMAs in flight.
+      float s_acc[2][2][4] = {};
       const __nv_bfloat16* a_base = q_s + (qk_mtile * 16 + lane % 16) * Cfg::kRowStride + (lane / 16) * 8;
       const __nv_bfloat16* b_base =
           k_s + (qk_keypair * 16 + lane % 8 + (lane / 16) * 8) * Cfg::kRowStride + ((lane / 8) % 2) * 8;
-#pragma unroll 4
-      for (int step = qk_dpart * kStepsPerPart; step < (qk_dpart + 1) * kStepsPerPart; ++step) {
+      const int first_step = qk_dpart * kStepsPerPart;
+      const int last_step = first_step + kStepsPerPart;
+      auto qk_step = [&](int step, float (&c)[2][4]) {
         std::uint32_t a[4];
         std::uint32_t b[4];
         ldmatrix_x4(a, a_base + step * 16);
         ldmatrix_x4(b, b_base + step * 16);
-        mma_bf16_16816(s_acc[0], a, b[0], b[1]);
-        mma_bf16_16816(s_acc[1], a, b[2], b[3]);
+        mma_bf16_16816(c[0], a, b[0], b[1]);
+        mma_bf16_16816(c[1], a, b[2], b[3]);
+      };
+      int step = first_step;
+#pragma unroll 4
+      for (; step + 1 < last_step; step += 2) {
+        qk_step(step, s_acc[0]);
+        qk_step(step + 1, s_acc[1]);
       }
+      if (step < last_step) qk_step(step, s_acc[0]);
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) s_acc[0][j][i] += s_acc[1][j][i];
       float* s_part = s_s + qk_dpart * kRows * Cfg::kSStride;
       const int row = qk_mtile * 16 + lane / 4;
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
         const int key = qk_keypair * 16 + j * 8 + 2 * (lane % 4);
-        *reinterpret_cast<float2*>(s_part + row * Cfg::kSStride + key) = make_float2(s_acc[j][0], s_acc[j][1]);
-        *reinterpret_cast<float2*>(s_part + (row + 8) * Cfg::kSStride + key) = make_float2(s_acc[j][2], s_acc[j][3]);
+        *reinterpret_cast<float2*>(s_part + row * Cfg::kSStride + key) = make_float2(s_acc[0][j][0], s_acc[0][j][1]);
+        *reinterpret_cast<float2*>(s_part + (row + 8) * Cfg::kSStride + key) =
+            make_float2(s_acc[0][j][2], s_acc[0][j][3]);
       }
     }
     __syncthreads();  // S complete
@@ -272,7 +299,7 @@ __global__ void __launch_bounds__(kAttentionThreads, 1)
         float s = 0.0f;
 #pragma unroll
         for (int d = 0; d < Cfg::kDSplit; ++d) s += s_s[(d * kRows + softmax_row) * Cfg::kSStride + key];
-        scores[i] = valid_s[key] ? s * p.scale_log2 : -INFINITY;
+        scores[i] = (flag_s[(tile % stages) * Cfg::kKeys + key] & 1) ? s * p.scale_log2 : -INFINITY;
         tile_max = fmaxf(tile_max, scores[i]);
       }
 #pragma unroll

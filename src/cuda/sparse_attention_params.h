@@ -8,6 +8,7 @@
 namespace smla::cuda {
 
 inline constexpr int kKeysPerTile = 32;  // keys per pipeline step of the attention kernel
+inline constexpr int kMaxKvStages = 4;   // raw KV tiles in flight (cp.async ring)
 inline constexpr int kValueDim = 512;    // d_v of every supported format
 inline constexpr float kLog2e = 1.4426950408889634f;
 inline constexpr float kLn2 = 0.6931471805599453f;
@@ -36,6 +37,7 @@ struct SparseAttentionParams {
   int num_heads = 0;          // h_q
   KvSourceParams source[2];
   int num_sources = 1;
+  int kv_stages = 2;  // 2..kMaxKvStages raw tiles in flight; the dynamic shared memory holds that many
   const float* sink = nullptr;  // [h_q] natural-log units, may be nullptr (= -inf)
   std::int64_t stride_sink = 1;
   float scale_log2 = 0.0f;  // softmax_scale * log2(e): scores live in the exp2 domain

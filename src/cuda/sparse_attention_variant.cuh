@@ -8,31 +8,31 @@
 namespace smla::cuda {
 
 template <class Loader, int kRows>
-cudaError_t set_smem_limit() {
+cudaError_t set_smem_limit(int smem_bytes) {
   return cudaFuncSetAttribute(sparse_attention_kernel<Loader, kRows>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              AttentionConfig<Loader, kRows>::kSmemBytes);
+                              smem_bytes);
 }
 
 template <class Loader, int kRows>
-cudaError_t launch_attention(const SparseAttentionParams& params, dim3 grid, cudaStream_t stream) {
-  const cudaError_t status = set_smem_limit<Loader, kRows>();
+cudaError_t launch_attention(const SparseAttentionParams& params, dim3 grid, int smem_bytes, cudaStream_t stream) {
+  const cudaError_t status = set_smem_limit<Loader, kRows>(smem_bytes);
   if (status != cudaSuccess) return status;
-  sparse_attention_kernel<Loader, kRows>
-      <<<grid, kAttentionThreads, AttentionConfig<Loader, kRows>::kSmemBytes, stream>>>(params);
+  sparse_attention_kernel<Loader, kRows><<<grid, kAttentionThreads, smem_bytes, stream>>>(params);
   return cudaGetLastError();
 }
 
 template <class Loader, int kRows>
-cudaError_t attention_blocks_per_sm(int* blocks) {
-  const cudaError_t status = set_smem_limit<Loader, kRows>();
+cudaError_t attention_blocks_per_sm(int smem_bytes, int* blocks) {
+  const cudaError_t status = set_smem_limit<Loader, kRows>(smem_bytes);
   if (status != cudaSuccess) return status;
   return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, sparse_attention_kernel<Loader, kRows>,
-                                                       kAttentionThreads, AttentionConfig<Loader, kRows>::kSmemBytes);
+                                                       kAttentionThreads, smem_bytes);
 }
 
 template <class Loader, int kRows>
 AttentionVariant make_variant() {
-  return {kRows, AttentionConfig<Loader, kRows>::kSmemBytes, &launch_attention<Loader, kRows>,
+  using Cfg = AttentionConfig<Loader, kRows>;
+  return {kRows, Cfg::smem_bytes(0), Cfg::kRawStageBytes, &launch_attention<Loader, kRows>,
           &attention_blocks_per_sm<Loader, kRows>};
 }
 

@@ -3,7 +3,6 @@
 #include <fmt/core.h>
 
 #include <algorithm>
-#include <chrono>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -15,6 +14,7 @@
 #include "testkit/testkit.h"
 #include "tools/smla/check.h"
 #include "tools/smla/commands.h"
+#include "tools/smla/run_op.h"
 
 namespace smla::cli {
 
@@ -72,10 +72,6 @@ int run_attn_command(AttnCommandOptions options) {
     return fail_input(unimplemented(fmt::format("backend '{}' is not available in this build or on this machine",
                                                 backend_name(backend))));
   }
-  if (backend == Backend::kCuda) {
-    return fail_input(unimplemented("smla attn builds its batch in host memory; --backend cuda needs device copies, "
-                                    "which smla attn does not make yet (use smla replay or the GPU tests)"));
-  }
 
   testkit::DecodeCase batch = testkit::make_decode_case(options.decode);
   const SparseDecodeArgs args = batch.args();
@@ -90,11 +86,8 @@ int run_attn_command(AttnCommandOptions options) {
              args.lse.shape_string(), args.softmax_scale, batch.attended_entries());
 
   std::vector<double> seconds;
-  for (int i = 0; i < options.repeat; ++i) {
-    const auto start = std::chrono::steady_clock::now();
-    Status status = sparse_decode(args, backend);
-    seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-    if (!status.ok()) return fail_input(status);
+  if (Status status = run_sparse_decode(args, backend, options.repeat, &seconds); !status.ok()) {
+    return fail_input(status);
   }
 
   testkit::HostTensor want_out = batch.make_out();

@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <chrono>
 #include <cstring>
 #include <optional>
 #include <string_view>
@@ -13,6 +12,7 @@
 #include "testkit/host_tensor.h"
 #include "tools/smla/check.h"
 #include "tools/smla/npy.h"
+#include "tools/smla/run_op.h"
 
 namespace smla::cli {
 
@@ -162,14 +162,6 @@ HostTensor make_output(DType dtype, const std::vector<std::int64_t>& shape) {
 // Output file name and tensor, in the order they are written.
 using Outputs = std::vector<std::pair<std::string, HostTensor>>;
 
-template <class Call>
-Status run_timed(Call&& call, double& seconds) {
-  const auto start = std::chrono::steady_clock::now();
-  Status status = call();
-  seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return status;
-}
-
 Status replay_decode(const fs::path& dir, const ReplayManifest& m, Backend backend, ReplayReport& report,
                      Outputs& outputs) {
   const KvFormatInfo info = kv_format_info(m.format);
@@ -231,7 +223,9 @@ Status replay_decode(const fs::path& dir, const ReplayManifest& m, Backend backe
     if (extra_lengths->value().present()) report.shapes.push_back(shape_line("extra_lengths", extra_lengths->value()));
   }
   if (sink->present()) report.shapes.push_back(shape_line("sink", *sink));
-  SMLA_RETURN_IF_ERROR(run_timed([&] { return sparse_decode(args, backend); }, report.seconds));
+  std::vector<double> seconds;
+  SMLA_RETURN_IF_ERROR(run_sparse_decode(args, backend, 1, &seconds));
+  report.seconds = seconds.front();
   outputs.emplace_back("out.npy", std::move(out));
   outputs.emplace_back("lse.npy", std::move(lse));
   return Status::Ok();
@@ -278,7 +272,9 @@ Status replay_prefill(const fs::path& dir, const ReplayManifest& m, Backend back
   report.shapes = {shape_line("q", *q), shape_line("kv", *kv), shape_line("indices", *indices)};
   if (topk_length->present()) report.shapes.push_back(shape_line("topk_length", *topk_length));
   if (sink->present()) report.shapes.push_back(shape_line("sink", *sink));
-  SMLA_RETURN_IF_ERROR(run_timed([&] { return sparse_prefill(args, backend); }, report.seconds));
+  std::vector<double> seconds;
+  SMLA_RETURN_IF_ERROR(run_sparse_prefill(args, backend, 1, &seconds));
+  report.seconds = seconds.front();
   outputs.emplace_back("out.npy", std::move(out));
   outputs.emplace_back("max_logits.npy", std::move(max_logits));
   outputs.emplace_back("lse.npy", std::move(lse));

@@ -95,6 +95,7 @@ Status indexer_topk_f32(const IndexerTopkArgs& args, const IndexerTopkShape& sha
     const std::int64_t kept = std::min(entries, shape.top_k);
     std::partial_sort(order.begin(), order.begin() + kept, order.end(),
                       [&](std::int32_t a, std::int32_t b) { return ranks_before(logits, a, b); });
+    std::sort(order.begin(), order.begin() + kept);
     for (std::int64_t k = 0; k < shape.top_k; ++k) out[k] = k < kept ? order[static_cast<std::size_t>(k)] : -1;
   }
   return Status::Ok();

@@ -72,8 +72,17 @@ Status indexer_topk_f64(const IndexerTopkArgs& args, const IndexerTopkShape& sha
       if (std::isnan(la) || std::isnan(lb)) return !std::isnan(la) && std::isnan(lb);
       return la > lb;
     });
+    // Selected set, written in ascending entry order.
+    std::vector<bool> selected(static_cast<std::size_t>(entries), false);
+    for (std::int64_t k = 0; k < std::min<std::int64_t>(entries, shape.top_k); ++k) {
+      selected[static_cast<std::size_t>(order[static_cast<std::size_t>(k)])] = true;
+    }
     std::int32_t* out = args.topk_indices.ptr<std::int32_t>() + t * args.topk_indices.stride[0];
-    for (std::int64_t k = 0; k < shape.top_k; ++k) out[k] = k < entries ? order[static_cast<std::size_t>(k)] : -1;
+    std::int64_t written = 0;
+    for (std::int64_t j = 0; j < entries; ++j) {
+      if (selected[static_cast<std::size_t>(j)]) out[written++] = static_cast<std::int32_t>(j);
+    }
+    for (; written < shape.top_k; ++written) out[written] = -1;
   }
   return Status::Ok();
 }

@@ -62,7 +62,10 @@ TEST(ModelTest, ChunkedPrefillLeavesTheCachesOfOneWholePrefill) {
   ASSERT_TRUE(IsOk(request.status()));
   StepStats stats;
   ASSERT_TRUE(IsOk(run(*whole, *request, x, 0, kPromptLen, false, &stats)));
-  for (std::int64_t split = 1; split < kPromptLen; split += 1) {
+  // Every boundary the caches care about: window (32), C4 entries (4), the
+  // indexer shortcut threshold (68 = 4 * (16 + 1)), pages (64) and the C128
+  // entry (128). The op tests split at every point (compressor_test.cc).
+  for (std::int64_t split : {1, 2, 3, 4, 5, 31, 32, 33, 37, 63, 64, 65, 67, 68, 69, 127, 128, 129, 139}) {
     auto chunked = tiny_model(seed);
     auto id = chunked->add_request();
     ASSERT_TRUE(IsOk(id.status()));
