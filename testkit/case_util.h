@@ -69,12 +69,18 @@ inline std::vector<std::int64_t> distinct_sample(Rng& rng, std::int64_t n, std::
 inline std::int32_t random_invalid_index(Rng& rng, std::int64_t num_slots) {
   const std::int64_t bounded = std::min<std::int64_t>(num_slots, std::numeric_limits<std::int32_t>::max() - 100);
   switch (random_int(rng, 0, 5)) {
-    case 0: return -1;
-    case 1: return -2;
-    case 2: return std::numeric_limits<std::int32_t>::min();
-    case 3: return static_cast<std::int32_t>(bounded);
-    case 4: return static_cast<std::int32_t>(bounded + 17);
-    default: return std::numeric_limits<std::int32_t>::max();
+    case 0:
+      return -1;
+    case 1:
+      return -2;
+    case 2:
+      return std::numeric_limits<std::int32_t>::min();
+    case 3:
+      return static_cast<std::int32_t>(bounded);
+    case 4:
+      return static_cast<std::int32_t>(bounded + 17);
+    default:
+      return std::numeric_limits<std::int32_t>::max();
   }
 }
 

@@ -37,7 +37,8 @@ constexpr std::uint64_t kPoisonF64 = 0x7FF4A5A5A5A5A5A5ull;
 constexpr std::uint8_t kPoisonByte = 0x7F;  // e4m3 NaN; integers become 0x7F7F...
 
 double load_as_double(const TensorView& view, std::int64_t offset) {
-  const auto* base = static_cast<const std::uint8_t*>(view.data) + offset * static_cast<std::int64_t>(dtype_size(view.dtype));
+  const auto* base =
+      static_cast<const std::uint8_t*>(view.data) + offset * static_cast<std::int64_t>(dtype_size(view.dtype));
   switch (view.dtype) {
     case DType::kBF16: {
       std::uint16_t bits;
@@ -68,8 +69,8 @@ int value_class(double x) {
 ErrorStats compare_as(const TensorView& got, const TensorView& want, DType dtype, const Tolerance& tolerance) {
   ErrorStats stats;
   stats.tolerance_cosine = tolerance.max_cosine_diff;
-  bool same_shape = got.present() && want.present() && got.rank == want.rank && got.dtype == dtype &&
-                    want.dtype == dtype;
+  bool same_shape =
+      got.present() && want.present() && got.rank == want.rank && got.dtype == dtype && want.dtype == dtype;
   for (int d = 0; same_shape && d < got.rank; ++d) {
     same_shape = got.shape[static_cast<std::size_t>(d)] == want.shape[static_cast<std::size_t>(d)];
   }
@@ -157,10 +158,10 @@ bool ErrorStats::passed() const {
 
 std::string ErrorStats::to_string() const {
   if (shape_mismatch) return "shape or dtype mismatch";
-  return fmt::format("count={} max_abs={:.3g} max_rel={:.3g} cos_diff={:.3g} nan_mismatch={} outside={} "
-                     "worst[{}]: got {} want {}",
-                     count, max_abs_err, max_rel_err, cosine_diff, nan_mismatch, num_outside, worst_index,
-                     worst_got, worst_want);
+  return fmt::format(
+      "count={} max_abs={:.3g} max_rel={:.3g} cos_diff={:.3g} nan_mismatch={} outside={} "
+      "worst[{}]: got {} want {}",
+      count, max_abs_err, max_rel_err, cosine_diff, nan_mismatch, num_outside, worst_index, worst_got, worst_want);
 }
 
 ErrorStats compare_bf16(const TensorView& got, const TensorView& want, const Tolerance& tolerance) {

@@ -18,8 +18,8 @@ struct Tolerance {
 
 struct ErrorStats {
   double max_abs_err = 0.0;
-  double max_rel_err = 0.0;  // over elements with want != 0
-  double cosine_diff = 0.0;  // 1 - cosine similarity of the finite elements (0 when identical)
+  double max_rel_err = 0.0;       // over elements with want != 0
+  double cosine_diff = 0.0;       // 1 - cosine similarity of the finite elements (0 when identical)
   std::int64_t nan_mismatch = 0;  // elements where got and want differ in NaN/+inf/-inf/finite class
   std::int64_t count = 0;         // elements compared
   std::int64_t num_outside = 0;   // elements outside the tolerance given to compare_*

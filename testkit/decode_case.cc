@@ -80,8 +80,9 @@ template <class Format>
 void poison_cache(const KvCacheView& cache) {
   auto* base = static_cast<std::uint8_t*>(cache.pages.data);
   const std::int64_t stride = cache.page_stride_bytes();
-  std::memset(base, 0xFF, static_cast<std::size_t>(stride * (cache.num_pages() - 1) +
-                                                    Format::page_content_bytes(cache.page_size())));
+  std::memset(
+      base, 0xFF,
+      static_cast<std::size_t>(stride * (cache.num_pages() - 1) + Format::page_content_bytes(cache.page_size())));
   const std::uint16_t nan_bf16 = 0x7FC0;
   for (std::int64_t p = 0; p < cache.num_pages(); ++p) {
     std::uint8_t* page = base + p * stride;
@@ -120,7 +121,8 @@ void write_random_rows(const KvCacheView& cache, const std::vector<std::int64_t>
     using Format = decltype(traits);
     for (std::int64_t i = 0; i < n; ++i) {
       std::int64_t entry = 0;
-      auto* page = const_cast<std::uint8_t*>(::smla::detail::page_of_slot(cache, slots[static_cast<std::size_t>(i)], &entry));
+      auto* page =
+          const_cast<std::uint8_t*>(::smla::detail::page_of_slot(cache, slots[static_cast<std::size_t>(i)], &entry));
       ::smla::detail::encode_token<Format>(rows.data() + i * head_dim, page, cache.page_size(), entry, cache.fp8_scale);
     }
   });
@@ -286,9 +288,9 @@ DecodeCase make_decode_case(const DecodeCaseOptions& options) {
   // Main (sliding-window) index set: token j of a request sits at position
   // main_context - s_q + j and attends the W positions ending at itself.
   LogicalIndices main_logical;
-  std::vector<std::vector<bool>> main_touched(static_cast<std::size_t>(o.num_requests),
-                                              std::vector<bool>(static_cast<std::size_t>(
-                                                  (o.main_context + o.main_page_size - 1) / o.main_page_size)));
+  std::vector<std::vector<bool>> main_touched(
+      static_cast<std::size_t>(o.num_requests),
+      std::vector<bool>(static_cast<std::size_t>((o.main_context + o.main_page_size - 1) / o.main_page_size)));
   for (std::int64_t t = 0; t < T; ++t) {
     const std::int64_t request = t / o.s_q;
     const std::int64_t position = o.main_context - o.s_q + t % o.s_q;
@@ -305,9 +307,9 @@ DecodeCase make_decode_case(const DecodeCaseOptions& options) {
 
   // Extra (compressed) index set: distinct random entries of the request's compressed context.
   LogicalIndices extra_logical;
-  std::vector<std::vector<bool>> extra_touched(static_cast<std::size_t>(o.num_requests),
-                                               std::vector<bool>(static_cast<std::size_t>(
-                                                   (o.extra_context + o.extra_page_size - 1) / o.extra_page_size)));
+  std::vector<std::vector<bool>> extra_touched(
+      static_cast<std::size_t>(o.num_requests),
+      std::vector<bool>(static_cast<std::size_t>((o.extra_context + o.extra_page_size - 1) / o.extra_page_size)));
   if (o.extra_topk > 0) {
     for (std::int64_t t = 0; t < T; ++t) {
       const std::int64_t request = t / o.s_q;
@@ -345,7 +347,8 @@ DecodeCase make_decode_case(const DecodeCaseOptions& options) {
   // q (head stride padded when strided; padding holds NaN so reading it shows).
   const std::int64_t d_qk = info.head_dim;
   const std::int64_t q_head_stride = o.strided ? d_qk + kHeadPad : d_qk;
-  c.q_ = HostTensor::zeros(DType::kBF16, {T, H, d_qk}, {H * q_head_stride + (o.strided ? kTokenPad : 0), q_head_stride, 1});
+  c.q_ = HostTensor::zeros(DType::kBF16, {T, H, d_qk},
+                           {H * q_head_stride + (o.strided ? kTokenPad : 0), q_head_stride, 1});
   if (o.strided) std::memset(c.q_.bytes(), 0xFF, c.q_.size_bytes());
   detail::fill_bf16_normal(c.q_.view(), rng, o.value_scale);
 

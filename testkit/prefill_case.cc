@@ -41,7 +41,8 @@ Status check_prefill_case_options(const PrefillCaseOptions& o) {
     return invalid_argument("num_heads", "in [1, 128]", fmt::format("{}", o.num_heads));
   }
   if (o.d_qk < 1) return invalid_argument("d_qk", ">= 1", fmt::format("{}", o.d_qk));
-  if (o.d_v < 1 || o.d_v > o.d_qk) return invalid_argument("d_v", fmt::format("in [1, d_qk={}]", o.d_qk), fmt::format("{}", o.d_v));
+  if (o.d_v < 1 || o.d_v > o.d_qk)
+    return invalid_argument("d_v", fmt::format("in [1, d_qk={}]", o.d_qk), fmt::format("{}", o.d_v));
   if (o.topk < 1) return invalid_argument("topk", ">= 1", fmt::format("{}", o.topk));
   if (!(o.invalid_fraction >= 0.0 && o.invalid_fraction <= 1.0)) {
     return invalid_argument("invalid_fraction", "in [0, 1]", fmt::format("{}", o.invalid_fraction));

@@ -38,8 +38,7 @@ class PrefillCase {
   SparsePrefillArgs args();
   // Refills out, max_logits and lse with NaN poison (testkit::poison).
   void poison_outputs();
-  SparsePrefillArgs args_with_outputs(const TensorView& out, const TensorView& max_logits,
-                                      const TensorView& lse) const;
+  SparsePrefillArgs args_with_outputs(const TensorView& out, const TensorView& max_logits, const TensorView& lse) const;
   HostTensor make_out() const;
   HostTensor make_max_logits() const;
   HostTensor make_lse() const;

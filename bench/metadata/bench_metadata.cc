@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <ctime>
 #include <numeric>
 #include <random>
 #include <string>
@@ -36,16 +37,31 @@ Table permuted_table(const std::vector<std::int32_t>& seq_lens, std::int64_t per
   return t;
 }
 
+double thread_cpu_us() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e6 + static_cast<double>(ts.tv_nsec) * 1e-3;
+}
+
+// Median wall time and median thread CPU time (the CPU figure is what counts
+// on a shared, oversubscribed machine: it excludes time spent descheduled).
+struct Timing {
+  double wall_us, cpu_us;
+};
+
 template <class Fn>
-double median_us(int repeats, Fn&& fn) {
-  std::vector<double> times;
+Timing median_us(int repeats, Fn&& fn) {
+  std::vector<double> wall, cpu;
   for (int i = 0; i < repeats; ++i) {
     const auto start = std::chrono::steady_clock::now();
+    const double cpu_start = thread_cpu_us();
     fn();
-    times.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
+    cpu.push_back(thread_cpu_us() - cpu_start);
+    wall.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
   }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
+  std::sort(wall.begin(), wall.end());
+  std::sort(cpu.begin(), cpu.end());
+  return {wall[wall.size() / 2], cpu[cpu.size() / 2]};
 }
 
 int arg_int(int argc, char** argv, const std::string& name, int fallback) {
@@ -114,30 +130,31 @@ int main(int argc, char** argv) {
   const std::int64_t width = smla::combined_index_width(config, smla::LayerType::kC4A);
   std::vector<std::int32_t> prefill_topk(static_cast<std::size_t>(t_pre * k));
   for (std::size_t i = 0; i < prefill_topk.size(); ++i) prefill_topk[i] = static_cast<std::int32_t>(i % 4096);
-  std::vector<std::int32_t> combined(static_cast<std::size_t>(t_pre * width)), combined_lens(static_cast<std::size_t>(t_pre));
+  std::vector<std::int32_t> combined(static_cast<std::size_t>(t_pre * width)),
+      combined_lens(static_cast<std::size_t>(t_pre));
 
   bool ok = true;
-  const double build_us = median_us(repeats, [&] { ok &= smla::build_step_metadata(batch, config, buffers).ok(); });
-  const double owning_us = median_us(repeats, [&] { ok &= smla::make_step_metadata(batch, config).ok(); });
-  const double c4a_us = median_us(repeats, [&] {
-    ok &= smla::c4a_global_topk_indices(
-              TensorView::contiguous(local.data(), DType::kI32, {t_dec, k}),
-              TensorView::contiguous(owned->token_to_req.data(), DType::kI32, {t_dec}),
-              TensorView::contiguous(owned->is_valid_token.data(), DType::kU8, {t_dec}), batch.c4_block_table, 64,
-              TensorView::contiguous(global.data(), DType::kI32, {t_dec, k}),
-              TensorView::contiguous(global_lens.data(), DType::kI32, {t_dec}))
+  const Timing build_us = median_us(repeats, [&] { ok &= smla::build_step_metadata(batch, config, buffers).ok(); });
+  const Timing owning_us = median_us(repeats, [&] { ok &= smla::make_step_metadata(batch, config).ok(); });
+  const Timing c4a_us = median_us(repeats, [&] {
+    ok &= smla::c4a_global_topk_indices(TensorView::contiguous(local.data(), DType::kI32, {t_dec, k}),
+                                        TensorView::contiguous(owned->token_to_req.data(), DType::kI32, {t_dec}),
+                                        TensorView::contiguous(owned->is_valid_token.data(), DType::kU8, {t_dec}),
+                                        batch.c4_block_table, 64,
+                                        TensorView::contiguous(global.data(), DType::kI32, {t_dec, k}),
+                                        TensorView::contiguous(global_lens.data(), DType::kI32, {t_dec}))
               .ok();
   });
-  const double combine_us = median_us(repeats, [&] {
+  const Timing combine_us = median_us(repeats, [&] {
     std::int64_t row = 0;
     for (const smla::PrefillChunk& ch : *plan) {
       const std::int64_t n = ch.token_end - ch.token_begin;
-      ok &= smla::combine_topk_swa_indices(
-                batch, config, 4, ch, ch.compressed_rows, ch.workspace_rows,
-                TensorView::contiguous(prefill_topk.data() + row * k, DType::kI32, {n, k}),
-                TensorView::contiguous(combined.data() + row * width, DType::kI32, {n, width}),
-                TensorView::contiguous(combined_lens.data() + row, DType::kI32, {n}))
-                .ok();
+      ok &=
+          smla::combine_topk_swa_indices(batch, config, 4, ch, ch.compressed_rows, ch.workspace_rows,
+                                         TensorView::contiguous(prefill_topk.data() + row * k, DType::kI32, {n, k}),
+                                         TensorView::contiguous(combined.data() + row * width, DType::kI32, {n, width}),
+                                         TensorView::contiguous(combined_lens.data() + row, DType::kI32, {n}))
+              .ok();
       row += n;
     }
   });
@@ -148,10 +165,13 @@ int main(int argc, char** argv) {
   fmt::print("case: {} requests ({} decodes x 2 tokens, {} prefills x 512), contexts ~{}, T={}, W={}, K={}\n",
              counts.num_reqs, counts.num_decodes, counts.num_prefills, context, counts.num_tokens, config.window,
              config.index_topk);
-  fmt::print("median of {} runs (us):\n", repeats);
-  fmt::print("  build_step_metadata (caller buffers)   {:10.1f}\n", build_us);
-  fmt::print("  make_step_metadata (owning, allocates) {:10.1f}\n", owning_us);
-  fmt::print("  c4a_global_topk_indices ({} x {})     {:10.1f}\n", t_dec, k, c4a_us);
-  fmt::print("  combine_topk_swa_indices ({} chunks)     {:10.1f}\n", plan->size(), combine_us);
+  fmt::print("median of {} runs, microseconds: {:>10} {:>10}\n", repeats, "wall", "cpu");
+  auto row = [](const std::string& name, const Timing& t) {
+    fmt::print("  {:<42} {:10.1f} {:10.1f}\n", name, t.wall_us, t.cpu_us);
+  };
+  row("build_step_metadata (caller buffers)", build_us);
+  row("make_step_metadata (owning, allocates)", owning_us);
+  row(fmt::format("c4a_global_topk_indices ({} x {})", t_dec, k), c4a_us);
+  row(fmt::format("combine_topk_swa_indices ({} chunks)", plan->size()), combine_us);
   return 0;
 }

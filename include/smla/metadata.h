@@ -40,14 +40,14 @@ std::string_view layer_type_name(LayerType type);  // "swa-only", "c4a", "c128a"
 
 // Step-independent settings, shared by every step of a model instance.
 struct StepConfig {
-  int window = 128;                             // W: sliding window (tokens)
-  std::int64_t max_model_len = 65536;           // longest context a request may reach
-  std::int64_t max_num_batched_tokens = 8192;   // most tokens in one step (padding included)
-  int index_topk = 512;                         // K: C4A indexer top-k width
-  int num_speculative_tokens = 0;               // MTP draft tokens; decode threshold = 1 + this
-  int prefill_chunk_size = 4;                   // requests per fixed prefill chunk
-  int swa_page_size = 64;                       // tokens per sliding-window cache page
-  int logical_block_size = 256;                 // tokens per compressed-group logical block
+  int window = 128;                            // W: sliding window (tokens)
+  std::int64_t max_model_len = 65536;          // longest context a request may reach
+  std::int64_t max_num_batched_tokens = 8192;  // most tokens in one step (padding included)
+  int index_topk = 512;                        // K: C4A indexer top-k width
+  int num_speculative_tokens = 0;              // MTP draft tokens; decode threshold = 1 + this
+  int prefill_chunk_size = 4;                  // requests per fixed prefill chunk
+  int swa_page_size = 64;                      // tokens per sliding-window cache page
+  int logical_block_size = 256;                // tokens per compressed-group logical block
   // C128A: number of compressed entries a row may hold (capture-stable
   // variant, spec 4.3); 0 = the whole row width c128a_width().
   int c128a_active_width = 0;
@@ -75,24 +75,24 @@ std::int64_t combined_index_width(const StepConfig& config, LayerType type);
 // threshold, then the others). Block tables are i32 with any strides; a table
 // holds at least cdiv(seq_len, page) columns for every request.
 struct BatchDescription {
-  TensorView query_lens;        // [R] i32: tokens of this step per request (>= 0)
-  TensorView seq_lens;          // [R] i32: context length including this step (>= query_len)
-  std::int64_t num_tokens = -1; // T: sum(query_lens) plus trailing padding tokens; -1 = no padding
-  TensorView token_valid;       // [T] u8, may be absent: 0 marks a padding token (slot -1) inside a
-                                //   request; trailing tokens beyond sum(query_lens) are always padding
-  TensorView swa_block_table;   // [R, >= cdiv(seq_len, 64)] i32: sliding-window group, 64-token pages
-  TensorView c4_block_table;    // [R, >= cdiv(seq_len, 256)] i32, may be absent: ratio-4 group
-  TensorView c128_block_table;  // [R, >= cdiv(seq_len, 256)] i32, may be absent: ratio-128 group
+  TensorView query_lens;         // [R] i32: tokens of this step per request (>= 0)
+  TensorView seq_lens;           // [R] i32: context length including this step (>= query_len)
+  std::int64_t num_tokens = -1;  // T: sum(query_lens) plus trailing padding tokens; -1 = no padding
+  TensorView token_valid;        // [T] u8, may be absent: 0 marks a padding token (slot -1) inside a
+                                 //   request; trailing tokens beyond sum(query_lens) are always padding
+  TensorView swa_block_table;    // [R, >= cdiv(seq_len, 64)] i32: sliding-window group, 64-token pages
+  TensorView c4_block_table;     // [R, >= cdiv(seq_len, 256)] i32, may be absent: ratio-4 group
+  TensorView c128_block_table;   // [R, >= cdiv(seq_len, 256)] i32, may be absent: ratio-128 group
 };
 
 // Scalars of a step (spec 3.1).
 struct StepCounts {
   std::int64_t num_reqs = 0;
-  std::int64_t num_tokens = 0;          // T, padding included
-  std::int64_t num_actual_tokens = 0;   // sum(query_lens)
+  std::int64_t num_tokens = 0;         // T, padding included
+  std::int64_t num_actual_tokens = 0;  // sum(query_lens)
   std::int64_t num_decodes = 0;
   std::int64_t num_prefills = 0;
-  std::int64_t num_decode_tokens = 0;   // = query_start_loc[num_decodes]
+  std::int64_t num_decode_tokens = 0;  // = query_start_loc[num_decodes]
   std::int64_t num_prefill_tokens = 0;
   std::int64_t max_query_len = 0;
   std::int64_t max_decode_query_len = 0;
@@ -110,15 +110,15 @@ Expected<StepCounts> describe_step(const BatchDescription& batch, const StepConf
 // Row counts of every output of build_step_metadata (0 = field not produced).
 struct StepMetadataSizes {
   StepCounts counts;
-  std::int64_t window = 0;          // W: width of swa_indices rows
-  std::int64_t c128a_width = 0;     // width of the C128A rows (0 without a ratio-128 table)
-  bool has_c4 = false;              // c4_block_table present
-  bool has_c128 = false;            // c128_block_table present
-  std::int64_t query_start_loc_rows = 0;        // R + 1
-  std::int64_t token_rows = 0;                  // T
-  std::int64_t prefill_request_rows = 0;        // num_prefills
-  std::int64_t c128a_decode_rows = 0;           // num_decode_tokens (with a ratio-128 table)
-  std::int64_t c128a_prefill_rows = 0;          // num_prefill_tokens (with a ratio-128 table)
+  std::int64_t window = 0;                // W: width of swa_indices rows
+  std::int64_t c128a_width = 0;           // width of the C128A rows (0 without a ratio-128 table)
+  bool has_c4 = false;                    // c4_block_table present
+  bool has_c128 = false;                  // c128_block_table present
+  std::int64_t query_start_loc_rows = 0;  // R + 1
+  std::int64_t token_rows = 0;            // T
+  std::int64_t prefill_request_rows = 0;  // num_prefills
+  std::int64_t c128a_decode_rows = 0;     // num_decode_tokens (with a ratio-128 table)
+  std::int64_t c128a_prefill_rows = 0;    // num_prefill_tokens (with a ratio-128 table)
 };
 Expected<StepMetadataSizes> step_metadata_sizes(const BatchDescription& batch, const StepConfig& config);
 
@@ -167,8 +167,8 @@ Expected<StepMetadata> make_step_metadata(const BatchDescription& batch, const S
 struct PrefillChunk {
   std::int64_t req_begin = 0, req_end = 0;      // request indices in the batch, [begin, end)
   std::int64_t token_begin = 0, token_end = 0;  // token indices in the step, [begin, end)
-  std::int64_t compressed_rows = 0;  // N: max seq_len // r over the chunk (0 for SWA-only)
-  std::int64_t workspace_rows = 0;   // M: N + max gather_len over the chunk
+  std::int64_t compressed_rows = 0;             // N: max seq_len // r over the chunk (0 for SWA-only)
+  std::int64_t workspace_rows = 0;              // M: N + max gather_len over the chunk
 };
 
 enum class ChunkPolicy {
@@ -189,7 +189,7 @@ struct PrefillWorkspaceShape {
   std::int64_t rows = 0;             // M
   std::int64_t head_dim = 512;
   std::int64_t index_rows = 0;
-  std::int64_t index_width = 0;      // roundup(topk width + W, 128)
+  std::int64_t index_width = 0;  // roundup(topk width + W, 128)
 };
 // Upper bound for any step (warm-up reservation, spec 5.5):
 // N = cdiv(max_model_len, r) (0 for r=1), M = N + W - 1 + max_num_batched_tokens,
@@ -211,9 +211,8 @@ Expected<PrefillWorkspaceShape> chunk_prefill_workspace(const StepConfig& config
 // workspace_rows / compressed_rows: the chunk's M and N (dynamic), or a
 // larger static shape.
 Status combine_topk_swa_indices(const BatchDescription& batch, const StepConfig& config, int compress_ratio,
-                                const PrefillChunk& chunk, std::int64_t compressed_rows,
-                                std::int64_t workspace_rows, const TensorView& topk,
-                                const TensorView& out_indices, const TensorView& out_lens);
+                                const PrefillChunk& chunk, std::int64_t compressed_rows, std::int64_t workspace_rows,
+                                const TensorView& topk, const TensorView& out_indices, const TensorView& out_lens);
 
 // ---------------------------------------------------------------------------
 // Index transforms
@@ -226,8 +225,8 @@ Status combine_topk_swa_indices(const BatchDescription& batch, const StepConfig&
 // local_topk [n, K] i32, token_to_req [n] i32, is_valid_token [n] u8 (may be
 // absent: all valid), block_table [R', nb] i32, global_out [>= n, K] i32, lens_out [>= n] i32.
 Status c4a_global_topk_indices(const TensorView& local_topk, const TensorView& token_to_req,
-                               const TensorView& is_valid_token, const TensorView& block_table,
-                               std::int64_t block_size, const TensorView& global_out, const TensorView& lens_out);
+                               const TensorView& is_valid_token, const TensorView& block_table, std::int64_t block_size,
+                               const TensorView& global_out, const TensorView& lens_out);
 
 // Mixed layout of FlashInfer TRTLLM-gen (spec 4.6): row t = [W window slots | PK compressed slots],
 // PK = roundup4(compressed topk width). Window part: the token's window (swa_indices rules).

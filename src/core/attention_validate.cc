@@ -58,7 +58,8 @@ Status check_tensor(const TensorView& t, std::string_view name, DType dtype, std
   }
   if (t.numel() > 0 && t.data == nullptr) return invalid_argument(name, "non-null data", "nullptr");
   if (t.device.kind != device) {
-    return invalid_argument(name, fmt::format("a {} tensor", device_kind_name(device)), device_kind_name(t.device.kind));
+    return invalid_argument(name, fmt::format("a {} tensor", device_kind_name(device)),
+                            device_kind_name(t.device.kind));
   }
   return Status::Ok();
 }
@@ -131,12 +132,14 @@ Expected<DecodeShape> validate_sparse_decode(const SparseDecodeArgs& args, Devic
   shape.has_main_lengths = args.main_lengths.present();
 
   if (args.extra_cache.has_value()) {
-    SMLA_RETURN_IF_ERROR(check_cache(*args.extra_cache, "extra_cache", dev));
     if (args.extra_cache->format != args.main_cache.format) {
       return invalid_argument("extra_cache", fmt::format("format {} (the main cache's)", info.name),
                               kv_format_name(args.extra_cache->format));
     }
+    SMLA_RETURN_IF_ERROR(check_cache(*args.extra_cache, "extra_cache", dev));
     const TensorView& ei = args.extra_indices;
+    if (!ei.present())
+      return invalid_argument("extra_indices", "a tensor (required with extra_cache)", "an absent tensor");
     if (ei.present() && ei.rank == 2) shape.extra_topk = ei.shape[1];
     SMLA_RETURN_IF_ERROR(check_tensor(ei, "extra_indices", DType::kI32, {{T, "T"}, {-1, "k_extra"}}, dev));
     SMLA_RETURN_IF_ERROR(check_optional(args.extra_lengths, "extra_lengths", DType::kI32, {{T, "T"}}, dev));
@@ -154,8 +157,7 @@ Expected<DecodeShape> validate_sparse_decode(const SparseDecodeArgs& args, Devic
   SMLA_RETURN_IF_ERROR(check_optional(args.sink, "sink", DType::kF32, {{H, "h_q"}}, dev));
   shape.has_sink = args.sink.present();
   SMLA_RETURN_IF_ERROR(check_softmax_scale(args.softmax_scale));
-  SMLA_RETURN_IF_ERROR(
-      check_tensor(args.out, "out", DType::kBF16, {{T, "T"}, {H, "h_q"}, {shape.d_v, "d_v"}}, dev));
+  SMLA_RETURN_IF_ERROR(check_tensor(args.out, "out", DType::kBF16, {{T, "T"}, {H, "h_q"}, {shape.d_v, "d_v"}}, dev));
   SMLA_RETURN_IF_ERROR(check_optional(args.lse, "lse", DType::kF32, {{T, "T"}, {H, "h_q"}}, dev));
   shape.has_lse = args.lse.present();
 
@@ -199,8 +201,7 @@ Expected<PrefillShape> validate_sparse_prefill(const SparsePrefillArgs& args, De
   SMLA_RETURN_IF_ERROR(check_optional(args.sink, "sink", DType::kF32, {{H, "h_q"}}, dev));
   shape.has_sink = args.sink.present();
   SMLA_RETURN_IF_ERROR(check_softmax_scale(args.softmax_scale));
-  SMLA_RETURN_IF_ERROR(
-      check_tensor(args.out, "out", DType::kBF16, {{S, "s_q"}, {H, "h_q"}, {shape.d_v, "d_v"}}, dev));
+  SMLA_RETURN_IF_ERROR(check_tensor(args.out, "out", DType::kBF16, {{S, "s_q"}, {H, "h_q"}, {shape.d_v, "d_v"}}, dev));
   SMLA_RETURN_IF_ERROR(check_optional(args.max_logits, "max_logits", DType::kF32, {{S, "s_q"}, {H, "h_q"}}, dev));
   shape.has_max_logits = args.max_logits.present();
   SMLA_RETURN_IF_ERROR(check_optional(args.lse, "lse", DType::kF32, {{S, "s_q"}, {H, "h_q"}}, dev));

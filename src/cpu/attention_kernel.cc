@@ -320,22 +320,31 @@ Scratch& thread_scratch() {
   return scratch;
 }
 
-// Online-softmax update of HT heads over one chunk: scores become
+// Online-softmax update of `heads` heads over one chunk: scores become
 // probabilities relative to the new running max, alpha rescales the old sums.
+// Max and sum are vector reductions (a scalar loop would be a 64-long
+// dependency chain per head); lanes past num_keys are masked out.
 void SoftmaxChunk(float* scores, int heads, int num_keys, float* running_max, float* running_sum, float* alpha) {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
   const DF df;
   const int n = static_cast<int>(hn::Lanes(df));
+  const int padded = static_cast<int>(round_up(num_keys, n));
   for (int h = 0; h < heads; ++h) {
     float* s = scores + h * kKeyChunk;
-    float chunk_max = -std::numeric_limits<float>::infinity();
-    for (int k = 0; k < num_keys; ++k) chunk_max = std::max(chunk_max, s[k]);
-    const float new_max = std::max(running_max[h], chunk_max);
-    alpha[h] = running_max[h] == -std::numeric_limits<float>::infinity() ? 0.0f : std::exp(running_max[h] - new_max);
-    const VF max_v = hn::Set(df, new_max);
-    for (int k = 0; k < num_keys; k += n) hn::Store(hn::Exp(df, hn::Sub(hn::Load(df, s + k), max_v)), df, s + k);
-    float sum = 0.0f;
-    for (int k = 0; k < num_keys; ++k) sum += s[k];
-    running_sum[h] = running_sum[h] * alpha[h] + sum;
+    for (int k = num_keys; k < padded; ++k) s[k] = -kInf;
+    VF max_v = hn::Set(df, -kInf);
+    for (int k = 0; k < padded; k += n) max_v = hn::Max(max_v, hn::Load(df, s + k));
+    const float new_max = std::max(running_max[h], hn::GetLane(hn::MaxOfLanes(df, max_v)));
+    alpha[h] = running_max[h] == -kInf ? 0.0f : std::exp(running_max[h] - new_max);
+    const VF new_max_v = hn::Set(df, new_max);
+    VF sum_v = hn::Zero(df);
+    for (int k = 0; k < padded; k += n) {
+      const VF p = hn::Exp(df, hn::Sub(hn::Load(df, s + k), new_max_v));
+      const VF masked = hn::IfThenElseZero(hn::FirstN(df, static_cast<std::size_t>(num_keys - k)), p);
+      hn::Store(masked, df, s + k);
+      sum_v = hn::Add(sum_v, masked);
+    }
+    running_sum[h] = running_sum[h] * alpha[h] + hn::GetLane(hn::SumOfLanes(df, sum_v));
     running_max[h] = new_max;
   }
 }

@@ -66,27 +66,38 @@ Expected<AttentionPlan> plan_attention(LoaderKind kind, std::int64_t num_tokens,
   AttentionPlan plan;
   for (;; rows /= 2) {
     plan.variant = attention_variant(kind, rows);
-    if (plan.variant.smem_bytes(2) <= device->smem_optin) break;
+    if (plan.variant.smem_bytes(1) <= device->smem_optin) break;
     if (rows == 16) {
       return unimplemented(fmt::format("cuda: the attention kernel needs {} B of shared memory per block, the device "
                                        "allows {} B",
-                                       plan.variant.smem_bytes(2), device->smem_optin));
+                                       plan.variant.smem_bytes(1), device->smem_optin));
     }
   }
-  // As many raw KV tiles in flight as shared memory allows: the gathers are
-  // latency-bound random row reads, so depth is what keeps HBM busy.
-  plan.kv_stages = 2;
-  while (plan.kv_stages < kMaxKvStages && plan.variant.smem_bytes(plan.kv_stages + 1) <= device->smem_optin) {
-    ++plan.kv_stages;
+  // The gathers are latency-bound random row reads, so what keeps HBM busy is
+  // the number of raw KV tiles in flight per SM: (CTAs per SM) x (ring depth).
+  // Take the ring depth that maximises it; on a tie, more CTAs (they also hide
+  // each other's barriers). One stage is the fallback for small shared memories
+  // (sm89, sm120): it issues the next tile where two stages would, with one buffer.
+  int best_in_flight = 0;
+  int best_blocks = 0;
+  for (int stages = 1; stages <= kMaxKvStages; ++stages) {
+    const int smem = plan.variant.smem_bytes(stages);
+    if (smem > device->smem_optin) break;
+    int blocks = 0;
+    const cudaError_t error = plan.variant.blocks_per_sm(smem, &blocks);
+    if (error != cudaSuccess) return cuda_failure("occupancy query", error);
+    if (blocks * stages > best_in_flight || (blocks * stages == best_in_flight && blocks > best_blocks)) {
+      best_in_flight = blocks * stages;
+      best_blocks = blocks;
+      plan.kv_stages = stages;
+    }
   }
   plan.smem_bytes = plan.variant.smem_bytes(plan.kv_stages);
   plan.head_blocks = static_cast<int>((num_heads + rows - 1) / rows);
 
   // Split the keys only when the (token, head block) grid leaves SMs idle, and
   // never into more pieces than there are 32-key tiles.
-  int blocks_per_sm = 1;
-  const cudaError_t error = plan.variant.blocks_per_sm(plan.smem_bytes, &blocks_per_sm);
-  if (error != cudaSuccess) return cuda_failure("occupancy query", error);
+  const int blocks_per_sm = best_blocks;
   const std::int64_t slots = static_cast<std::int64_t>(device->sm_count) * std::max(blocks_per_sm, 1);
   const std::int64_t blocks = std::max<std::int64_t>(num_tokens * plan.head_blocks, 1);
   const std::int64_t tiles = std::max<std::int64_t>((num_keys + kKeysPerTile - 1) / kKeysPerTile, 1);

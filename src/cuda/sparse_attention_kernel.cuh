@@ -59,7 +59,8 @@ struct AttentionConfig {
   static constexpr int kAlphaOffset = kPOffset + kPBytes;
   static constexpr int kMOffset = kAlphaOffset + kRows * 4;
   static constexpr int kLOffset = kMOffset + kRows * 4;
-  static constexpr int kFlagOffset = kLOffset + kRows * 4;  // [kMaxKvStages][kKeys] validity | source << 1
+  static constexpr int kValidOffset = kLOffset + kRows * 4;        // [kKeys] validity of the tile in k_s
+  static constexpr int kFlagOffset = kValidOffset + kKeys * 4;     // [kMaxKvStages][kKeys] loaded | source << 1
   static constexpr int kRawOffset = (kFlagOffset + kMaxKvStages * kKeys * 4 + 15) / 16 * 16;  // then the raw ring
   static_assert(kSOffset % 16 == 0 && kPOffset % 16 == 0 && kRawStageBytes % 16 == 0);
   static constexpr int smem_bytes(int stages) { return kRawOffset + stages * kRawStageBytes; }
@@ -118,6 +119,7 @@ __global__ void __launch_bounds__(kAttentionThreads, 1)
   float* alpha_s = reinterpret_cast<float*>(smem + Cfg::kAlphaOffset);
   float* m_s = reinterpret_cast<float*>(smem + Cfg::kMOffset);
   float* l_s = reinterpret_cast<float*>(smem + Cfg::kLOffset);
+  int* valid_s = reinterpret_cast<int*>(smem + Cfg::kValidOffset);
   int* flag_s = reinterpret_cast<int*>(smem + Cfg::kFlagOffset);
 
   const int token = static_cast<int>(blockIdx.x);
@@ -163,11 +165,14 @@ __global__ void __launch_bounds__(kAttentionThreads, 1)
   }
 
   // Loader role: 8 threads per key of the tile. Raw tiles travel through a ring
-  // of p.kv_stages buffers, kv_stages - 1 tiles ahead of the one being used; each
+  // of p.kv_stages buffers, `lead` tiles ahead of the one being expanded; each
   // key's validity and source sit in flag_s so the expanding thread knows them.
+  // With one stage (small shared memory) the next tile is issued right after the
+  // current one is expanded, which is also where two stages issue it.
   const int my_key = tid / kThreadsPerKey;
   const int my_part = tid % kThreadsPerKey;
   const int stages = p.kv_stages;
+  const int lead = stages > 1 ? stages - 1 : 1;
   const int num_tiles = (end - begin + Cfg::kKeys - 1) / Cfg::kKeys;
   auto issue_tile = [&](int tile, const KeySlot& key) {
     const int stage = tile % stages;
@@ -180,7 +185,7 @@ __global__ void __launch_bounds__(kAttentionThreads, 1)
     cp_async_commit();
   };
   KeySlot upcoming = fetch_key(p, token, begin + my_key, end, n_main);
-  for (int tile = 0; tile < stages - 1; ++tile) {
+  for (int tile = 0; tile < lead; ++tile) {
     const KeySlot key = upcoming;
     upcoming = fetch_key(p, token, begin + (tile + 1) * Cfg::kKeys + my_key, end, n_main);
     issue_tile(tile, key);
@@ -225,13 +230,14 @@ __global__ void __launch_bounds__(kAttentionThreads, 1)
   constexpr int kStepsPerPart = Cfg::kDim / 16 / Cfg::kDSplit;
 
   for (int tile = 0; tile < num_tiles; ++tile) {
-    cp_async_wait_pending(stages - 2);  // this tile's group has landed
+    cp_async_wait_pending(lead - 1);  // this tile's group has landed
     __syncthreads();  // ... for every thread; previous tile's PV finished with k_s and p_s
 
     {
       const int stage = tile % stages;
       const int flag = flag_s[stage * Cfg::kKeys + my_key];
       __nv_bfloat16* krow = k_s + my_key * Cfg::kRowStride;
+      if (my_part == 0) valid_s[my_key] = flag & 1;
       if (flag & 1) {
         const float fp8_scale = (flag >> 1) == 0 ? p.source[0].fp8_scale : p.source[1].fp8_scale;
         Loader::dequant(raw_s + stage * Cfg::kRawStageBytes + my_key * Loader::kRawStride, krow, my_part, fp8_scale);
@@ -245,8 +251,8 @@ __global__ void __launch_bounds__(kAttentionThreads, 1)
 
     {
       const KeySlot key = upcoming;
-      upcoming = fetch_key(p, token, begin + (tile + stages) * Cfg::kKeys + my_key, end, n_main);
-      issue_tile(tile + stages - 1, key);
+      upcoming = fetch_key(p, token, begin + (tile + lead + 1) * Cfg::kKeys + my_key, end, n_main);
+      issue_tile(tile + lead, key);
     }
 
     // S = Q K^T for one (16 rows x 16 keys) block per warp, over this warp's slice of d_qk.
@@ -299,7 +305,7 @@ __global__ void __launch_bounds__(kAttentionThreads, 1)
         float s = 0.0f;
 #pragma unroll
         for (int d = 0; d < Cfg::kDSplit; ++d) s += s_s[(d * kRows + softmax_row) * Cfg::kSStride + key];
-        scores[i] = (flag_s[(tile % stages) * Cfg::kKeys + key] & 1) ? s * p.scale_log2 : -INFINITY;
+        scores[i] = valid_s[key] ? s * p.scale_log2 : -INFINITY;
         tile_max = fmaxf(tile_max, scores[i]);
       }
 #pragma unroll

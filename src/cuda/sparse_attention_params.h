@@ -37,7 +37,7 @@ struct SparseAttentionParams {
   int num_heads = 0;          // h_q
   KvSourceParams source[2];
   int num_sources = 1;
-  int kv_stages = 2;  // 2..kMaxKvStages raw tiles in flight; the dynamic shared memory holds that many
+  int kv_stages = 1;  // 1..kMaxKvStages raw KV tile buffers; the dynamic shared memory holds that many
   const float* sink = nullptr;  // [h_q] natural-log units, may be nullptr (= -inf)
   std::int64_t stride_sink = 1;
   float scale_log2 = 0.0f;  // softmax_scale * log2(e): scores live in the exp2 domain

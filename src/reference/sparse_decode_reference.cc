@@ -36,14 +36,13 @@ void decode_all_tokens(const SparseDecodeArgs& args, const detail::DecodeShape& 
     // Rows are dequantized once per token and shared by all heads; both
     // index sets feed one softmax.
     keys.clear();
-    std::int64_t num_rows = gather_rows<Format>(args.main_cache, args.main_indices, args.main_lengths,
-                                                shape.main_topk, t, row, keys);
+    std::int64_t num_rows =
+        gather_rows<Format>(args.main_cache, args.main_indices, args.main_lengths, shape.main_topk, t, row, keys);
     if (shape.has_extra) {
-      num_rows += gather_rows<Format>(*args.extra_cache, args.extra_indices, args.extra_lengths, shape.extra_topk,
-                                      t, row, keys);
+      num_rows += gather_rows<Format>(*args.extra_cache, args.extra_indices, args.extra_lengths, shape.extra_topk, t,
+                                      row, keys);
     }
-    attend_token(args.q, t, args.sink, keys, num_rows, shape.d_v, args.softmax_scale, args.out, args.lse,
-                 TensorView{});
+    attend_token(args.q, t, args.sink, keys, num_rows, shape.d_v, args.softmax_scale, args.out, args.lse, TensorView{});
   }
 }
 

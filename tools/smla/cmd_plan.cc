@@ -29,9 +29,7 @@ struct Table {
   std::int64_t cols = 0;
   std::vector<std::int32_t> data;  // [rows, cols], unused cells -1
 
-  TensorView view(std::int64_t rows) {
-    return TensorView::contiguous(data.data(), DType::kI32, {rows, cols});
-  }
+  TensorView view(std::int64_t rows) { return TensorView::contiguous(data.data(), DType::kI32, {rows, cols}); }
 };
 
 struct PlanInput {
@@ -209,9 +207,12 @@ Expected<json> plan_json(PlanInput& in) {
     tables[kGroupNames[g]] = rows_json(in.tables[g].data, reqs > 0 ? in.tables[g].cols : 0);
   }
   out["block_tables"] = tables;
-  json tokens = {{"token_to_req", m->token_to_req},       {"positions", m->positions},
-                 {"is_valid_token", m->is_valid_token},   {"swa_slot_mapping", m->swa_slot_mapping},
-                 {"swa_lens", m->swa_lens},               {"swa_indices", rows_json(m->swa_indices, s.window)}};
+  json tokens = {{"token_to_req", m->token_to_req},
+                 {"positions", m->positions},
+                 {"is_valid_token", m->is_valid_token},
+                 {"swa_slot_mapping", m->swa_slot_mapping},
+                 {"swa_lens", m->swa_lens},
+                 {"swa_indices", rows_json(m->swa_indices, s.window)}};
   if (s.has_c4) tokens["c4_slot_mapping"] = m->c4_slot_mapping;
   if (s.has_c128) {
     tokens["c128_slot_mapping"] = m->c128_slot_mapping;
@@ -280,13 +281,16 @@ std::string pretty_text(const json& p) {
       c["num_tokens"].get<long>() - c["num_actual_tokens"].get<long>(), cfg["window"].get<long>(),
       cfg["max_model_len"].get<long>(), cfg["max_num_batched_tokens"].get<long>(), cfg["index_topk"].get<long>(),
       p["decode_threshold"].get<long>(), cfg["swa_page_size"].get<long>(), cfg["logical_block_size"].get<long>());
-  os << "requests:\n" << fmt::format("  {:>4} {:>8} {:>6} {:>7} {:>9} {:>10}\n", "req", "kind", "query", "seq_len",
-                                     "q_start", "gather_len");
+  os << "requests:\n"
+     << fmt::format("  {:>4} {:>8} {:>6} {:>7} {:>9} {:>10}\n", "req", "kind", "query", "seq_len", "q_start",
+                    "gather_len");
   const json& qsl = p["query_start_loc"];
   const long decodes = c["num_decodes"].get<long>();
   for (long r = 0; r < c["num_reqs"].get<long>(); ++r) {
     const long q = qsl[static_cast<std::size_t>(r + 1)].get<long>() - qsl[static_cast<std::size_t>(r)].get<long>();
-    const std::string gather = r >= decodes ? std::to_string(p["prefill_gather_lens"][static_cast<std::size_t>(r - decodes)].get<long>()) : "-";
+    const std::string gather =
+        r >= decodes ? std::to_string(p["prefill_gather_lens"][static_cast<std::size_t>(r - decodes)].get<long>())
+                     : "-";
     long seq = 0;
     for (std::size_t t = 0; t < p["tokens"]["token_to_req"].size(); ++t) {
       if (p["tokens"]["token_to_req"][t].get<long>() == r) seq = p["tokens"]["positions"][t].get<long>() + 1;
@@ -302,11 +306,11 @@ std::string pretty_text(const json& p) {
   const long tdec = c["num_decode_tokens"].get<long>();
   for (std::size_t t = 0; t < tk["positions"].size(); ++t) {
     const long len = tk["swa_lens"][t].get<long>();
-    os << fmt::format("  {:>5} {:>4} {:>7} {:>5} {:>9} {:>8} {:>9}  [{}]: {}\n", t, tk["token_to_req"][t].get<long>(),
-                      tk["positions"][t].get<long>(), tk["is_valid_token"][t].get<int>(),
-                      tk["swa_slot_mapping"][t].get<long>(), c4 ? std::to_string(tk["c4_slot_mapping"][t].get<long>()) : "-",
-                      c128 ? std::to_string(tk["c128_slot_mapping"][t].get<long>()) : "-", len,
-                      runs(tk["swa_indices"][t], len));
+    os << fmt::format(
+        "  {:>5} {:>4} {:>7} {:>5} {:>9} {:>8} {:>9}  [{}]: {}\n", t, tk["token_to_req"][t].get<long>(),
+        tk["positions"][t].get<long>(), tk["is_valid_token"][t].get<int>(), tk["swa_slot_mapping"][t].get<long>(),
+        c4 ? std::to_string(tk["c4_slot_mapping"][t].get<long>()) : "-",
+        c128 ? std::to_string(tk["c128_slot_mapping"][t].get<long>()) : "-", len, runs(tk["swa_indices"][t], len));
     if (c128 && tk["token_to_req"][t].get<long>() >= 0) {
       const json& a = p["c128a"];
       const auto ti = static_cast<long>(t);
@@ -400,8 +404,8 @@ int run_plan(const PlanOptions& opt, const std::vector<std::pair<std::string, bo
         in.config.logical_block_size < 128) {
       Status st = validate_step_config(in.config);
       if (st.ok()) {
-        st = out_of_range(fmt::format("seq_lens[{}]", r), fmt::format("a value in [0, max_model_len = {}]",
-                                                                      in.config.max_model_len),
+        st = out_of_range(fmt::format("seq_lens[{}]", r),
+                          fmt::format("a value in [0, max_model_len = {}]", in.config.max_model_len),
                           std::to_string(in.seq_lens[r]));
       }
       fmt::print(stderr, "smla plan: {}\n", st.to_string());
@@ -440,8 +444,8 @@ int run_plan(const PlanOptions& opt, const std::vector<std::pair<std::string, bo
 }  // namespace
 
 void add_plan_command(CLI::App& app, int& exit_code) {
-  auto* cmd = app.add_subcommand(
-      "plan", "Build the step metadata of a batch and print it (JSON, or tables with --pretty)");
+  auto* cmd =
+      app.add_subcommand("plan", "Build the step metadata of a batch and print it (JSON, or tables with --pretty)");
   auto opt = std::make_shared<PlanOptions>();
   cmd->add_option("--query-lens", opt->query_lens, "Query tokens per request, decode-first (e.g. 1,1,200)")
       ->delimiter(',');

@@ -34,16 +34,17 @@ Status validate_jobs(const KvCacheView& cache, const std::vector<GatherJob>& job
                           std::to_string(job.gather));
     }
     if (offset + job.gather > out.shape[1]) {
-      return out_of_range("out", fmt::format("dimension 1 of at least offset + gather = {} for request {}",
-                                             offset + job.gather, b),
-                          out.shape_string());
+      return out_of_range(
+          "out", fmt::format("dimension 1 of at least offset + gather = {} for request {}", offset + job.gather, b),
+          out.shape_string());
     }
     if (job.gather == 0) continue;
     const std::int64_t needed_cols = detail::cdiv(job.seq_len, page);
     if (job.row.num_cols < needed_cols) {
-      return out_of_range(table_name, fmt::format("at least {} columns for request {} (seq_len {}, page {})",
-                                                  needed_cols, b, job.seq_len, page),
-                          fmt::format("{} columns", job.row.num_cols));
+      return out_of_range(
+          table_name,
+          fmt::format("at least {} columns for request {} (seq_len {}, page {})", needed_cols, b, job.seq_len, page),
+          fmt::format("{} columns", job.row.num_cols));
     }
     for (std::int64_t col = (job.seq_len - job.gather) / page; col < needed_cols; ++col) {
       const std::int64_t block = job.row.data[col * job.row.col_stride];
@@ -82,7 +83,9 @@ Status validate_gather(const KvCacheView& cache, const std::vector<GatherJob>& j
   }
   SMLA_RETURN_IF_ERROR(detail::check_host_view(out, "out", DType::kBF16, 3));
   SMLA_RETURN_IF_ERROR(detail::check_extent(out, "out", 2, kv_format_info(cache.format).head_dim));
-  if (offset < 0) return out_of_range("offset", ">= 0", std::to_string(offset));
+  if (offset < 0 || offset > out.shape[1]) {
+    return out_of_range("offset", fmt::format("a value in [0, out rows = {}]", out.shape[1]), std::to_string(offset));
+  }
   for (const GatherJob& job : jobs) {
     if (job.out_batch >= out.shape[0]) {
       return out_of_range("out", fmt::format("dimension 0 of at least {}", job.out_batch + 1), out.shape_string());
@@ -146,7 +149,8 @@ Status gather_prefill_chunk(const BatchDescription& batch, const StepConfig& con
     const std::int64_t s = at1<const std::int32_t>(batch.seq_lens, r);
     const std::int64_t q = at1<const std::int32_t>(batch.query_lens, r);
     const std::int64_t b = r - chunk.req_begin;
-    window_jobs.push_back({s, detail::prefill_gather_len(s, q, config.window), detail::table_row(batch.swa_block_table, r), b});
+    window_jobs.push_back(
+        {s, detail::prefill_gather_len(s, q, config.window), detail::table_row(batch.swa_block_table, r), b});
     if (*type != LayerType::kSwaOnly) {
       const TensorView& table = *type == LayerType::kC4A ? batch.c4_block_table : batch.c128_block_table;
       if (!table.present()) {

@@ -36,8 +36,8 @@ Status check_conversion(const TensorView& local, std::string_view local_name, co
 }  // namespace
 
 Status c4a_global_topk_indices(const TensorView& local_topk, const TensorView& token_to_req,
-                               const TensorView& is_valid_token, const TensorView& block_table,
-                               std::int64_t block_size, const TensorView& global_out, const TensorView& lens_out) {
+                               const TensorView& is_valid_token, const TensorView& block_table, std::int64_t block_size,
+                               const TensorView& global_out, const TensorView& lens_out) {
   SMLA_RETURN_IF_ERROR(check_block_size(block_size));
   SMLA_RETURN_IF_ERROR(
       check_conversion(local_topk, "local_topk", token_to_req, "token_to_req", block_table, global_out, "global_out"));
@@ -52,9 +52,9 @@ Status c4a_global_topk_indices(const TensorView& local_topk, const TensorView& t
 
   for (std::int64_t t = 0; t < n; ++t) {
     const detail::BlockTableRow row = detail::table_row(block_table, at1<const std::int32_t>(token_to_req, t));
-    const std::int32_t kept = detail::convert_compact_row(
-        row, block_size, row_ptr<const std::int32_t>(local_topk, t), local_topk.stride[1], k, detail::kMaxI32, k,
-        row_ptr<std::int32_t>(global_out, t), global_out.stride[1]);
+    const std::int32_t kept =
+        detail::convert_compact_row(row, block_size, row_ptr<const std::int32_t>(local_topk, t), local_topk.stride[1],
+                                    k, detail::kMaxI32, k, row_ptr<std::int32_t>(global_out, t), global_out.stride[1]);
     const bool valid = !is_valid_token.present() || at1<const std::uint8_t>(is_valid_token, t) != 0;
     at1<std::int32_t>(lens_out, t) = valid ? kept : 0;
   }
@@ -107,7 +107,8 @@ Status mixed_sparse_indices(const BatchDescription& batch, const StepConfig& con
   std::vector<std::int32_t> c128_local;  // entries 0..n-1, shared by every C128A row
   if (*type == LayerType::kC128A) {
     c128_local.resize(static_cast<std::size_t>(topk_width));
-    for (std::int64_t j = 0; j < topk_width; ++j) c128_local[static_cast<std::size_t>(j)] = static_cast<std::int32_t>(j);
+    for (std::int64_t j = 0; j < topk_width; ++j)
+      c128_local[static_cast<std::size_t>(j)] = static_cast<std::int32_t>(j);
   }
   std::int64_t t = 0;
   for (std::int64_t r = 0; r < counts->num_reqs; ++r) {

@@ -28,8 +28,7 @@ SMLA_HOST_DEVICE std::int64_t token_position(std::int64_t seq_len, std::int64_t 
 SMLA_HOST_DEVICE std::int64_t window_len(std::int64_t pos, std::int64_t window) { return min64(pos + 1, window); }
 
 // Raw tokens a prefill gathers into its workspace (spec 3.2).
-SMLA_HOST_DEVICE std::int64_t prefill_gather_len(std::int64_t seq_len, std::int64_t query_len,
-                                                 std::int64_t window) {
+SMLA_HOST_DEVICE std::int64_t prefill_gather_len(std::int64_t seq_len, std::int64_t query_len, std::int64_t window) {
   return query_len + min64(seq_len - query_len, window - 1);
 }
 
@@ -44,6 +43,21 @@ struct BlockTableRow {
   std::int64_t num_cols = 0;
 };
 
+// Division by a page size, by shift when it is a power of two (every
+// production size: 64, 2); the per-entry conversions are division bound.
+struct PageDivider {
+  std::int64_t page = 1;
+  int shift = -1;  // -1: not a power of two
+
+  SMLA_HOST_DEVICE explicit PageDivider(std::int64_t page_size) : page(page_size) {
+    if (page_size > 0 && (page_size & (page_size - 1)) == 0) {
+      shift = 0;
+      while ((std::int64_t{1} << shift) < page_size) ++shift;
+    }
+  }
+  SMLA_HOST_DEVICE std::int64_t div(std::int64_t x) const { return shift >= 0 ? x >> shift : x / page; }
+};
+
 // Slot of `logical` (a token position or a compressed entry index) through a
 // table whose pages hold `page_size` entries; -1 when the lookup is invalid.
 SMLA_HOST_DEVICE std::int64_t table_slot(const BlockTableRow& row, std::int64_t page_size, std::int64_t logical) {
@@ -55,11 +69,57 @@ SMLA_HOST_DEVICE std::int64_t table_slot(const BlockTableRow& row, std::int64_t 
   return block * page_size + logical % page_size;
 }
 
-// As table_slot, for i32 index outputs: a slot beyond the i32 range is invalid too.
-SMLA_HOST_DEVICE std::int32_t table_slot_i32(const BlockTableRow& row, std::int64_t page_size,
-                                             std::int64_t logical) {
-  const std::int64_t slot = table_slot(row, page_size, logical);
-  return slot > kMaxI32 ? -1 : static_cast<std::int32_t>(slot);
+// Contiguous rows (the usual case) get separate loops the compiler vectorizes.
+SMLA_HOST_DEVICE void fill_row(std::int32_t* out, std::int64_t out_stride, std::int64_t begin, std::int64_t end,
+                               std::int32_t value) {
+  if (out_stride == 1) {
+    for (std::int64_t i = begin; i < end; ++i) out[i] = value;
+  } else {
+    for (std::int64_t i = begin; i < end; ++i) out[i * out_stride] = value;
+  }
+}
+
+// out[k] = first + k for k < count; the caller ensures first + count - 1 fits i32.
+SMLA_HOST_DEVICE void write_iota(std::int32_t* out, std::int64_t out_stride, std::int64_t count, std::int64_t first) {
+  const auto base = static_cast<std::int32_t>(first);
+  if (out_stride == 1) {
+    for (std::int64_t k = 0; k < count; ++k) out[k] = base + static_cast<std::int32_t>(k);
+  } else {
+    for (std::int64_t k = 0; k < count; ++k) out[k * out_stride] = base + static_cast<std::int32_t>(k);
+  }
+}
+
+// Slots of the consecutive logical entries [first, first + count) into
+// out[0, count): table_slot per entry, -1 where it is invalid or beyond i32,
+// with one table read and one division per page (the builder's hot loop).
+SMLA_HOST_DEVICE void write_table_run(const BlockTableRow& row, std::int64_t page_size, std::int64_t first,
+                                      std::int64_t count, std::int32_t* out, std::int64_t out_stride) {
+  std::int64_t i = 0;
+  while (i < count) {
+    const std::int64_t logical = first + i;
+    if (logical < 0) {
+      out[(i++) * out_stride] = -1;
+      continue;
+    }
+    const std::int64_t col = logical / page_size;
+    const std::int64_t offset = logical - col * page_size;
+    const std::int64_t span = min64(page_size - offset, count - i);
+    std::int64_t base = -1;
+    if (row.data != nullptr && col < row.num_cols) {
+      const std::int64_t block = row.data[col * row.col_stride];
+      if (block >= 0) base = block * page_size + offset;
+    }
+    std::int32_t* dst = out + i * out_stride;
+    if (base < 0) {
+      fill_row(dst, out_stride, 0, span, -1);
+    } else if (base + span - 1 <= kMaxI32) {
+      write_iota(dst, out_stride, span, base);
+    } else {
+      for (std::int64_t k = 0; k < span; ++k)
+        dst[k * out_stride] = base + k > kMaxI32 ? -1 : static_cast<std::int32_t>(base + k);
+    }
+    i += span;
+  }
 }
 
 // Compressed slot a token writes (spec 4.8): entry pos // r, only when the
@@ -76,45 +136,48 @@ SMLA_HOST_DEVICE std::int32_t write_window_row(const BlockTableRow& row, std::in
                                                std::int64_t window, std::int64_t width, std::int32_t* out,
                                                std::int64_t out_stride) {
   const std::int64_t len = window_len(pos, window);
-  const std::int64_t start = pos - len + 1;
-  for (std::int64_t i = 0; i < width; ++i) {
-    out[i * out_stride] = i < len ? table_slot_i32(row, page_size, start + i) : -1;
-  }
+  write_table_run(row, page_size, pos - len + 1, len, out, out_stride);
+  for (std::int64_t i = len; i < width; ++i) out[i * out_stride] = -1;
   return static_cast<std::int32_t>(len);
 }
 
-SMLA_HOST_DEVICE void fill_row(std::int32_t* out, std::int64_t out_stride, std::int64_t begin, std::int64_t end,
-                               std::int32_t value) {
-  for (std::int64_t i = begin; i < end; ++i) out[i * out_stride] = value;
-}
-
 // C128A decode row (spec 4.3): global slots of entries 0..n-1, then -1 up to width.
-SMLA_HOST_DEVICE void write_c128a_decode_row(const BlockTableRow& row, std::int64_t storage_block_size,
-                                             std::int64_t n, std::int64_t width, std::int32_t* out,
-                                             std::int64_t out_stride) {
-  for (std::int64_t j = 0; j < width; ++j) out[j * out_stride] = j < n ? table_slot_i32(row, storage_block_size, j) : -1;
+SMLA_HOST_DEVICE void write_c128a_decode_row(const BlockTableRow& row, std::int64_t storage_block_size, std::int64_t n,
+                                             std::int64_t width, std::int32_t* out, std::int64_t out_stride) {
+  write_table_run(row, storage_block_size, 0, n, out, out_stride);
+  for (std::int64_t j = n; j < width; ++j) out[j * out_stride] = -1;
 }
 
 // C128A prefill row (spec 4.3): local entries 0..n-1, then -1 up to width.
 SMLA_HOST_DEVICE void write_c128a_local_row(std::int64_t n, std::int64_t width, std::int32_t* out,
                                             std::int64_t out_stride) {
-  for (std::int64_t j = 0; j < width; ++j) out[j * out_stride] = j < n ? static_cast<std::int32_t>(j) : -1;
+  write_iota(out, out_stride, n, 0);
+  fill_row(out, out_stride, n, width, -1);
 }
 
 // Converts local compressed indices to global slots (spec 4.2, bounds-hardened):
 // entries of local[0, count) that are in [0, limit) and resolve through the
 // table are written left-compacted; the rest of out[0, width) becomes -1.
-// Returns the number written.
+// Requires count <= width. Returns the number written.
 SMLA_HOST_DEVICE std::int32_t convert_compact_row(const BlockTableRow& row, std::int64_t storage_block_size,
                                                   const std::int32_t* local, std::int64_t local_stride,
                                                   std::int64_t count, std::int64_t limit, std::int64_t width,
                                                   std::int32_t* out, std::int64_t out_stride) {
   std::int64_t kept = 0;
+  const PageDivider divider(storage_block_size);
   for (std::int64_t k = 0; k < count; ++k) {
     const std::int64_t l = local[k * local_stride];
-    if (l >= limit) continue;
-    const std::int32_t slot = table_slot_i32(row, storage_block_size, l);
-    if (slot >= 0) out[(kept++) * out_stride] = slot;
+    std::int64_t slot = -1;
+    if (row.data != nullptr && l >= 0 && l < limit) {
+      const std::int64_t col = divider.div(l);
+      if (col < row.num_cols) {
+        const std::int64_t block = row.data[col * row.col_stride];
+        if (block >= 0) slot = block * storage_block_size + (l - col * storage_block_size);
+      }
+    }
+    // Branch-free compaction: the store at `kept` is overwritten unless kept advances (count <= width).
+    out[kept * out_stride] = static_cast<std::int32_t>(slot);
+    kept += (slot >= 0 && slot <= kMaxI32) ? 1 : 0;
   }
   fill_row(out, out_stride, kept, width, -1);
   return static_cast<std::int32_t>(kept);
@@ -126,21 +189,22 @@ SMLA_HOST_DEVICE std::int32_t convert_compact_row(const BlockTableRow& row, std:
 // then the window rows. Returns the row length.
 SMLA_HOST_DEVICE std::int32_t write_combined_row(const std::int32_t* topk, std::int64_t topk_stride,
                                                  std::int64_t topk_width, std::int64_t ratio, std::int64_t pos,
-                                                 std::int64_t window, std::int64_t base,
-                                                 std::int64_t compressed_rows, std::int64_t gather_start,
-                                                 std::int64_t width, std::int32_t* out, std::int64_t out_stride) {
+                                                 std::int64_t window, std::int64_t base, std::int64_t compressed_rows,
+                                                 std::int64_t gather_start, std::int64_t width, std::int32_t* out,
+                                                 std::int64_t out_stride) {
   std::int64_t kept = 0;
   if (topk != nullptr && ratio > 1) {
     const std::int64_t visible = visible_compressed(pos, ratio);
     const std::int64_t topk_len = min64(visible, topk_width);
     for (std::int64_t k = 0; k < topk_len; ++k) {
       const std::int64_t l = topk[k * topk_stride];
-      if (l >= 0 && l < visible) out[(kept++) * out_stride] = static_cast<std::int32_t>(base + l);
+      out[kept * out_stride] = static_cast<std::int32_t>(base + l);  // kept only when valid (branch-free)
+      kept += (l >= 0 && l < visible) ? 1 : 0;
     }
   }
   const std::int64_t swa_len = window_len(pos, window);
   const std::int64_t first = base + compressed_rows + (pos - swa_len + 1 - gather_start);
-  for (std::int64_t i = 0; i < swa_len; ++i) out[(kept + i) * out_stride] = static_cast<std::int32_t>(first + i);
+  write_iota(out + kept * out_stride, out_stride, swa_len, first);
   fill_row(out, out_stride, kept + swa_len, width, -1);
   return static_cast<std::int32_t>(kept + swa_len);
 }

@@ -44,9 +44,8 @@ Expected<std::vector<PrefillChunk>> prefill_chunk_plan(const BatchDescription& b
   Expected<StepCounts> counts = describe_step(batch, config);
   if (!counts) return counts.status();
   // Budget of spec 3.6 (vLLM's get_prefill_chunk_plan): W, not W - 1, per request.
-  const std::int64_t area_limit =
-      config.prefill_chunk_size *
-      (static_compressed_rows(config, compress_ratio) + config.window + config.max_num_batched_tokens);
+  const std::int64_t area_limit = config.prefill_chunk_size * (static_compressed_rows(config, compress_ratio) +
+                                                               config.window + config.max_num_batched_tokens);
 
   std::vector<PrefillChunk> plan;
   std::int64_t token = counts->num_decode_tokens;
@@ -65,9 +64,8 @@ Expected<std::vector<PrefillChunk>> prefill_chunk_plan(const BatchDescription& b
       const std::int64_t candidate_compressed = std::max(max_compressed, next.compressed);
       const std::int64_t candidate_gather = std::max(max_gather, next.gather);
       const std::int64_t reqs = r - chunk.req_begin + 1;
-      const bool fits = policy == ChunkPolicy::kFixed
-                            ? reqs <= config.prefill_chunk_size
-                            : reqs * (candidate_compressed + candidate_gather) <= area_limit;
+      const bool fits = policy == ChunkPolicy::kFixed ? reqs <= config.prefill_chunk_size
+                                                      : reqs * (candidate_compressed + candidate_gather) <= area_limit;
       if (!fits) break;
       max_compressed = candidate_compressed;
       max_gather = candidate_gather;
@@ -103,10 +101,10 @@ Expected<PrefillWorkspaceShape> chunk_prefill_workspace(const StepConfig& config
   if (!type) return type.status();
   if (chunk.req_end < chunk.req_begin || chunk.token_end < chunk.token_begin || chunk.compressed_rows < 0 ||
       chunk.workspace_rows < chunk.compressed_rows) {
-    return invalid_argument("chunk", "ordered ranges and 0 <= compressed_rows <= workspace_rows",
-                            fmt::format("reqs [{}, {}), tokens [{}, {}), N {}, M {}", chunk.req_begin, chunk.req_end,
-                                        chunk.token_begin, chunk.token_end, chunk.compressed_rows,
-                                        chunk.workspace_rows));
+    return invalid_argument(
+        "chunk", "ordered ranges and 0 <= compressed_rows <= workspace_rows",
+        fmt::format("reqs [{}, {}), tokens [{}, {}), N {}, M {}", chunk.req_begin, chunk.req_end, chunk.token_begin,
+                    chunk.token_end, chunk.compressed_rows, chunk.workspace_rows));
   }
   PrefillWorkspaceShape shape;
   shape.chunk_reqs = chunk.req_end - chunk.req_begin;
@@ -142,9 +140,8 @@ Status check_chunk(const BatchDescription& batch, const StepCounts& c, const Pre
 }  // namespace detail
 
 Status combine_topk_swa_indices(const BatchDescription& batch, const StepConfig& config, int compress_ratio,
-                                const PrefillChunk& chunk, std::int64_t compressed_rows,
-                                std::int64_t workspace_rows, const TensorView& topk,
-                                const TensorView& out_indices, const TensorView& out_lens) {
+                                const PrefillChunk& chunk, std::int64_t compressed_rows, std::int64_t workspace_rows,
+                                const TensorView& topk, const TensorView& out_indices, const TensorView& out_lens) {
   Expected<LayerType> type = layer_type_for_ratio(compress_ratio);
   if (!type) return type.status();
   Expected<StepCounts> counts = describe_step(batch, config);
@@ -159,16 +156,17 @@ Status combine_topk_swa_indices(const BatchDescription& batch, const StepConfig&
     need_compressed = std::max(need_compressed, p.compressed);
     need_gather = std::max(need_gather, p.gather);
   }
+  if (compressed_rows > detail::kMaxI32 || workspace_rows > detail::kMaxI32 / std::max<std::int64_t>(reqs, 1)) {
+    return out_of_range("compressed_rows/workspace_rows", "chunk requests * workspace_rows <= 2^31 - 1",
+                        fmt::format("{} / {} for {} requests", compressed_rows, workspace_rows, reqs));
+  }
   if (compressed_rows < need_compressed) {
     return out_of_range("compressed_rows", fmt::format(">= {} (largest seq_len // r of the chunk)", need_compressed),
                         std::to_string(compressed_rows));
   }
-  if (workspace_rows < compressed_rows + need_gather ||
-      reqs * workspace_rows > detail::kMaxI32) {
+  if (workspace_rows < compressed_rows + need_gather) {
     return out_of_range("workspace_rows",
-                        fmt::format(">= compressed_rows + largest gather_len = {} and chunk requests * rows <= "
-                                    "2^31 - 1",
-                                    compressed_rows + need_gather),
+                        fmt::format(">= compressed_rows + largest gather_len = {}", compressed_rows + need_gather),
                         std::to_string(workspace_rows));
   }
   const std::int64_t topk_width = compressed_topk_width(config, *type);

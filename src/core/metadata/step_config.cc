@@ -8,19 +8,26 @@ namespace smla {
 
 Expected<LayerType> layer_type_for_ratio(int compress_ratio) {
   switch (compress_ratio) {
-    case 1: return LayerType::kSwaOnly;
-    case 4: return LayerType::kC4A;
-    case 128: return LayerType::kC128A;
-    default: break;
+    case 1:
+      return LayerType::kSwaOnly;
+    case 4:
+      return LayerType::kC4A;
+    case 128:
+      return LayerType::kC128A;
+    default:
+      break;
   }
   return invalid_argument("compress_ratio", "1 (SWA-only), 4 (C4A) or 128 (C128A)", std::to_string(compress_ratio));
 }
 
 std::string_view layer_type_name(LayerType type) {
   switch (type) {
-    case LayerType::kSwaOnly: return "swa-only";
-    case LayerType::kC4A: return "c4a";
-    case LayerType::kC128A: return "c128a";
+    case LayerType::kSwaOnly:
+      return "swa-only";
+    case LayerType::kC4A:
+      return "c4a";
+    case LayerType::kC128A:
+      return "c128a";
   }
   return "unknown";
 }
@@ -41,8 +48,8 @@ Status validate_step_config(const StepConfig& c) {
   constexpr std::int64_t kMaxLen = std::int64_t{1} << 28;
   SMLA_RETURN_IF_ERROR(check_range("config.window", c.window, 1, 1 << 16).with_context("step config"));
   SMLA_RETURN_IF_ERROR(check_range("config.max_model_len", c.max_model_len, 1, kMaxLen).with_context("step config"));
-  SMLA_RETURN_IF_ERROR(check_range("config.max_num_batched_tokens", c.max_num_batched_tokens, 1, 1 << 24)
-                           .with_context("step config"));
+  SMLA_RETURN_IF_ERROR(
+      check_range("config.max_num_batched_tokens", c.max_num_batched_tokens, 1, 1 << 24).with_context("step config"));
   SMLA_RETURN_IF_ERROR(check_range("config.index_topk", c.index_topk, 1, 1 << 16).with_context("step config"));
   SMLA_RETURN_IF_ERROR(
       check_range("config.num_speculative_tokens", c.num_speculative_tokens, 0, 64).with_context("step config"));
@@ -56,8 +63,8 @@ Status validate_step_config(const StepConfig& c) {
                             std::to_string(c.logical_block_size))
         .with_context("step config");
   }
-  SMLA_RETURN_IF_ERROR(check_range("config.c128a_active_width", c.c128a_active_width, 0, c128a_width(c))
-                           .with_context("step config"));
+  SMLA_RETURN_IF_ERROR(
+      check_range("config.c128a_active_width", c.c128a_active_width, 0, c128a_width(c)).with_context("step config"));
   return Status::Ok();
 }
 
@@ -71,9 +78,12 @@ std::int64_t c128a_width(const StepConfig& config) {
 
 std::int64_t compressed_topk_width(const StepConfig& config, LayerType type) {
   switch (type) {
-    case LayerType::kC4A: return config.index_topk;
-    case LayerType::kC128A: return c128a_width(config);
-    case LayerType::kSwaOnly: break;
+    case LayerType::kC4A:
+      return config.index_topk;
+    case LayerType::kC128A:
+      return c128a_width(config);
+    case LayerType::kSwaOnly:
+      break;
   }
   return 0;
 }

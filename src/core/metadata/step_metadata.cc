@@ -26,8 +26,9 @@ Status check_table_ids(const TensorView& table, std::string_view name, std::int6
   if (end_entry <= first_entry) return Status::Ok();
   const std::int64_t needed_cols = cdiv(end_entry, page_size);
   if (table.shape[1] < needed_cols) {
-    return out_of_range(name, fmt::format("at least {} columns for request {} ({} entries of {} per page)",
-                                          needed_cols, req, end_entry, page_size),
+    return out_of_range(name,
+                        fmt::format("at least {} columns for request {} ({} entries of {} per page)", needed_cols, req,
+                                    end_entry, page_size),
                         fmt::format("{} columns", table.shape[1]));
   }
   const std::int64_t max_block = (detail::kMaxI32 - (page_size - 1)) / page_size;
@@ -36,8 +37,7 @@ Status check_table_ids(const TensorView& table, std::string_view name, std::int6
     const std::int64_t block = row.data[col * row.col_stride];
     if (block < 0 || block > max_block) {
       return out_of_range(fmt::format("{}[{}][{}]", name, req, col),
-                          fmt::format("a block id in [0, {}] (slots must fit i32)", max_block),
-                          std::to_string(block));
+                          fmt::format("a block id in [0, {}] (slots must fit i32)", max_block), std::to_string(block));
     }
   }
   return Status::Ok();
@@ -88,12 +88,12 @@ Expected<StepCounts> describe_step(const BatchDescription& batch, const StepConf
     }
     if (q > threshold && first_prefill < 0) first_prefill = r;
     if (first_prefill >= 0 && q <= threshold) {
-      return invalid_argument(fmt::format("batch.query_lens[{}]", r),
-                              fmt::format("> decode threshold {} (batch ordered decode-first; request {} with "
-                                          "query_len {} starts the prefills)",
-                                          threshold, first_prefill,
-                                          at1<const std::int32_t>(batch.query_lens, first_prefill)),
-                              std::to_string(q));
+      return invalid_argument(
+          fmt::format("batch.query_lens[{}]", r),
+          fmt::format("> decode threshold {} (batch ordered decode-first; request {} with "
+                      "query_len {} starts the prefills)",
+                      threshold, first_prefill, at1<const std::int32_t>(batch.query_lens, first_prefill)),
+          std::to_string(q));
     }
     c.max_query_len = std::max(c.max_query_len, q);
     c.max_seq_len = std::max(c.max_seq_len, s);
@@ -127,16 +127,16 @@ Expected<StepCounts> describe_step(const BatchDescription& batch, const StepConf
     if (q == 0) continue;
     const std::int64_t s = at1<const std::int32_t>(batch.seq_lens, r);
     const std::int64_t first = detail::max64(s - q - config.window + 1, 0);
-    SMLA_RETURN_IF_ERROR(check_table_ids(batch.swa_block_table, "batch.swa_block_table", r, config.swa_page_size,
-                                         first, s));
+    SMLA_RETURN_IF_ERROR(
+        check_table_ids(batch.swa_block_table, "batch.swa_block_table", r, config.swa_page_size, first, s));
   }
   if (batch.c4_block_table.present()) {
     SMLA_RETURN_IF_ERROR(check_group_table(batch.c4_block_table, "batch.c4_block_table", config, 4, c.num_reqs,
                                            batch.query_lens, batch.seq_lens));
   }
   if (batch.c128_block_table.present()) {
-    SMLA_RETURN_IF_ERROR(check_group_table(batch.c128_block_table, "batch.c128_block_table", config, 128,
-                                           c.num_reqs, batch.query_lens, batch.seq_lens));
+    SMLA_RETURN_IF_ERROR(check_group_table(batch.c128_block_table, "batch.c128_block_table", config, 128, c.num_reqs,
+                                           batch.query_lens, batch.seq_lens));
   }
   return c;
 }
@@ -196,16 +196,14 @@ Status check_buffers(const StepMetadataSizes& s, const StepMetadataBuffers& o) {
     SMLA_RETURN_IF_ERROR(check_vector(o.c128_slot_mapping, "out.c128_slot_mapping", DType::kI64, t));
     SMLA_RETURN_IF_ERROR(
         check_matrix(o.c128a_decode_indices, "out.c128a_decode_indices", s.c128a_decode_rows, s.c128a_width));
-    SMLA_RETURN_IF_ERROR(
-        check_vector(o.c128a_decode_lens, "out.c128a_decode_lens", DType::kI32, s.c128a_decode_rows));
+    SMLA_RETURN_IF_ERROR(check_vector(o.c128a_decode_lens, "out.c128a_decode_lens", DType::kI32, s.c128a_decode_rows));
     SMLA_RETURN_IF_ERROR(
         check_matrix(o.c128a_prefill_indices, "out.c128a_prefill_indices", s.c128a_prefill_rows, s.c128a_width));
   } else {
     SMLA_RETURN_IF_ERROR(check_group_absent(o.c128_slot_mapping, "out.c128_slot_mapping", "c128_block_table"));
     SMLA_RETURN_IF_ERROR(check_group_absent(o.c128a_decode_indices, "out.c128a_decode_indices", "c128_block_table"));
     SMLA_RETURN_IF_ERROR(check_group_absent(o.c128a_decode_lens, "out.c128a_decode_lens", "c128_block_table"));
-    SMLA_RETURN_IF_ERROR(
-        check_group_absent(o.c128a_prefill_indices, "out.c128a_prefill_indices", "c128_block_table"));
+    SMLA_RETURN_IF_ERROR(check_group_absent(o.c128a_prefill_indices, "out.c128a_prefill_indices", "c128_block_table"));
   }
   return Status::Ok();
 }
@@ -281,8 +279,7 @@ Expected<StepCounts> build_step_metadata(const BatchDescription& batch, const St
     const bool is_decode = r < c.num_decodes;
     const detail::BlockTableRow swa = table_row(batch.swa_block_table, r);
     const detail::BlockTableRow c4 = sizes.has_c4 ? table_row(batch.c4_block_table, r) : detail::BlockTableRow{};
-    const detail::BlockTableRow c128 =
-        sizes.has_c128 ? table_row(batch.c128_block_table, r) : detail::BlockTableRow{};
+    const detail::BlockTableRow c128 = sizes.has_c128 ? table_row(batch.c128_block_table, r) : detail::BlockTableRow{};
     for (std::int64_t i = 0; i < q; ++i, ++t) {
       const bool valid = !has_valid_mask || at1<const std::uint8_t>(batch.token_valid, t) != 0;
       writer.write(t, r, detail::token_position(s, q, i), valid, is_decode, swa, c4, c128);

@@ -511,10 +511,10 @@ Status Model::Impl::run_layer(int l, const StepMetadata& meta, const std::vector
   // 5. Output projection, then the next layer's input.
   start = clock::now();
   layer_out.assign(static_cast<std::size_t>(T * config.hidden), 0.0f);
-  std::vector<float> wo_a = w.wo_a;  // the op takes mutable views; weights are not modified
   SMLA_RETURN_IF_ERROR(project_output(
       {view_of(o, DType::kBF16, {T, H, kHeadDim}), static_cast<int>(H), positions, &rope,
-       view_of(wo_a, DType::kF32, {config.o_groups, config.o_lora_rank, H / config.o_groups * kHeadDim}),
+       TensorView::contiguous(const_cast<float*>(w.wo_a.data()), DType::kF32,
+                              {config.o_groups, config.o_lora_rank, H / config.o_groups * kHeadDim}),
        TensorView::contiguous(const_cast<float*>(w.wo_b.values.data()), DType::kF32, {w.wo_b.rows, w.wo_b.cols}),
        view_of(layer_out, DType::kF32, {T, config.hidden}), options.row_stable},
       backend));

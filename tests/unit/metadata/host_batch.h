@@ -42,7 +42,8 @@ struct HostBatch {
     d.seq_lens = TensorView::contiguous(seq_lens.data(), DType::kI32, {r});
     d.num_tokens = num_tokens;
     if (!token_valid.empty()) {
-      d.token_valid = TensorView::contiguous(token_valid.data(), DType::kU8, {static_cast<std::int64_t>(token_valid.size())});
+      d.token_valid =
+          TensorView::contiguous(token_valid.data(), DType::kU8, {static_cast<std::int64_t>(token_valid.size())});
     }
     d.swa_block_table = swa.view();
     if (has_c4) d.c4_block_table = c4.view();
@@ -72,7 +73,8 @@ inline void fill_permuted_table(HostTable& table, const std::vector<std::int64_t
   std::size_t next = 0;
   for (std::size_t r = 0; r < needed_cols.size(); ++r) {
     for (std::int64_t c = 0; c < table.cols; ++c) {
-      table.at(static_cast<std::int64_t>(r), c) = c < needed_cols[r] ? blocks[next++] : 1000000 + static_cast<std::int32_t>(c);
+      table.at(static_cast<std::int64_t>(r), c) =
+          c < needed_cols[r] ? blocks[next++] : 1000000 + static_cast<std::int32_t>(c);
     }
   }
 }
@@ -97,7 +99,8 @@ inline HostBatch random_batch(std::mt19937_64& rng, const StepConfig& config, co
     if (q > budget) return;
     // Short prefixes (below the window) are drawn often on purpose.
     const std::int64_t prefix_cap = std::min<std::int64_t>(opt.max_prefix, config.max_model_len - q);
-    const std::int64_t prefix = uni(0, 3) == 0 ? uni(0, std::min<std::int64_t>(config.window, prefix_cap)) : uni(0, prefix_cap);
+    const std::int64_t prefix =
+        uni(0, 3) == 0 ? uni(0, std::min<std::int64_t>(config.window, prefix_cap)) : uni(0, prefix_cap);
     b.query_lens.push_back(static_cast<std::int32_t>(q));
     b.seq_lens.push_back(static_cast<std::int32_t>(q + prefix));
     budget -= q;

@@ -124,10 +124,10 @@ TEST(MetadataErrors, FreedPagesBeforeTheWindowAreFine) {
 TEST(MetadataErrors, BadLengths) {
   expect_build_error([](HostBatch& b, StepConfig&, BatchDescription&) { b.seq_lens[2] = 4; }, "batch.seq_lens[2]",
                      StatusCode::kInvalidArgument);
-  expect_build_error([](HostBatch& b, StepConfig&, BatchDescription&) { b.query_lens[1] = -1; },
-                     "batch.query_lens[1]", StatusCode::kInvalidArgument);
-  expect_build_error([](HostBatch& b, StepConfig&, BatchDescription&) { b.seq_lens[0] = 1 << 30; },
-                     "max_model_len", StatusCode::kOutOfRange);
+  expect_build_error([](HostBatch& b, StepConfig&, BatchDescription&) { b.query_lens[1] = -1; }, "batch.query_lens[1]",
+                     StatusCode::kInvalidArgument);
+  expect_build_error([](HostBatch& b, StepConfig&, BatchDescription&) { b.seq_lens[0] = 1 << 30; }, "max_model_len",
+                     StatusCode::kOutOfRange);
   expect_build_error([](HostBatch& b, StepConfig&, BatchDescription&) { b.query_lens[2] = 100, b.seq_lens[2] = 300; },
                      "max_num_batched_tokens", StatusCode::kOutOfRange);
   expect_build_error([](HostBatch&, StepConfig&, BatchDescription& d) { d.num_tokens = 3; }, "batch.num_tokens",
@@ -222,27 +222,39 @@ TEST(MetadataErrors, TransformsRejectBadShapes) {
   };
   // Wrong ratio, too-small workspace, wrong top-k width, wrong output width, chunk not matching the batch.
   EXPECT_FALSE(combine_topk_swa_indices(b.desc(), c, 3, ch, ch.compressed_rows, ch.workspace_rows, topk_view, out_view,
-                                        lens_view).ok());
+                                        lens_view)
+                   .ok());
   EXPECT_FALSE(combine_topk_swa_indices(b.desc(), c, 4, ch, ch.compressed_rows, ch.workspace_rows - 1, topk_view,
-                                        out_view, lens_view).ok());
+                                        out_view, lens_view)
+                   .ok());
   EXPECT_FALSE(combine_topk_swa_indices(b.desc(), c, 4, ch, ch.compressed_rows - 1, ch.workspace_rows, topk_view,
-                                        out_view, lens_view).ok());
+                                        out_view, lens_view)
+                   .ok());
+  EXPECT_FALSE(combine_topk_swa_indices(b.desc(), c, 4, ch, ch.compressed_rows, std::int64_t{1} << 62, topk_view,
+                                        out_view, lens_view)
+                   .ok());  // absurd workspace: indices would overflow i32
+  EXPECT_FALSE(combine_topk_swa_indices(b.desc(), c, 4, ch, std::int64_t{1} << 62, std::int64_t{1} << 62, topk_view,
+                                        out_view, lens_view)
+                   .ok());
   auto narrow = TensorView::contiguous(topk.data(), DType::kI32, {5, 256});
-  Status st = combine_topk_swa_indices(b.desc(), c, 4, ch, ch.compressed_rows, ch.workspace_rows, narrow, out_view,
-                                       lens_view);
+  Status st =
+      combine_topk_swa_indices(b.desc(), c, 4, ch, ch.compressed_rows, ch.workspace_rows, narrow, out_view, lens_view);
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.message().find("topk"), std::string::npos);
   auto wide = TensorView::contiguous(out.data(), DType::kI32, {4, 768});
-  EXPECT_FALSE(combine_topk_swa_indices(b.desc(), c, 4, ch, ch.compressed_rows, ch.workspace_rows, topk_view, wide,
-                                        lens_view).ok());
+  EXPECT_FALSE(
+      combine_topk_swa_indices(b.desc(), c, 4, ch, ch.compressed_rows, ch.workspace_rows, topk_view, wide, lens_view)
+          .ok());
   PrefillChunk shifted = ch;
   shifted.token_begin += 1;
   EXPECT_FALSE(combine_topk_swa_indices(b.desc(), c, 4, shifted, ch.compressed_rows, ch.workspace_rows, topk_view,
-                                        out_view, lens_view).ok());
+                                        out_view, lens_view)
+                   .ok());
   PrefillChunk decodes = ch;
   decodes.req_begin = 0;
   EXPECT_FALSE(combine_topk_swa_indices(b.desc(), c, 4, decodes, ch.compressed_rows, ch.workspace_rows, topk_view,
-                                        out_view, lens_view).ok());
+                                        out_view, lens_view)
+                   .ok());
   EXPECT_TRUE(untouched());
   // Mixed layout: width must be W + roundup4(K); C4A needs its table and top-k.
   b.has_c4 = false;

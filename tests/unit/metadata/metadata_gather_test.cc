@@ -93,15 +93,19 @@ TEST(MetadataGather, PrefillChunkWorkspaceMatchesCodec) {
         V4Cache swa_c = swa, comp_c = comp;
         swa_c.view.pages.data = swa_c.bytes.data();
         comp_c.view.pages.data = comp_c.bytes.data();
-        std::vector<char> swa_read(static_cast<std::size_t>(swa_c.pages * 64), 0), comp_read(static_cast<std::size_t>(comp_c.pages * 64), 0);
+        std::vector<char> swa_read(static_cast<std::size_t>(swa_c.pages * 64), 0),
+            comp_read(static_cast<std::size_t>(comp_c.pages * 64), 0);
         for (long r = ch.req_begin; r < ch.req_end; ++r) {
           const long q = b.query_lens[static_cast<std::size_t>(r)], s = b.seq_lens[static_cast<std::size_t>(r)];
           const long g = q + std::min<long>(s - q, c.window - 1);
           for (long p = s - g; p < s; ++p) swa_read[static_cast<std::size_t>(slot_of(b.swa, r, 64, p))] = 1;
-          for (long x = 0; ratio == 4 && x < s / 4; ++x) comp_read[static_cast<std::size_t>(slot_of(b.c4, r, 64, x))] = 1;
+          for (long x = 0; ratio == 4 && x < s / 4; ++x)
+            comp_read[static_cast<std::size_t>(slot_of(b.c4, r, 64, x))] = 1;
         }
-        for (long s = 0; s < swa_c.pages * 64; ++s) if (!swa_read[static_cast<std::size_t>(s)]) swa_c.poison(s);
-        for (long s = 0; s < comp_c.pages * 64; ++s) if (!comp_read[static_cast<std::size_t>(s)]) comp_c.poison(s);
+        for (long s = 0; s < swa_c.pages * 64; ++s)
+          if (!swa_read[static_cast<std::size_t>(s)]) swa_c.poison(s);
+        for (long s = 0; s < comp_c.pages * 64; ++s)
+          if (!comp_read[static_cast<std::size_t>(s)]) comp_c.poison(s);
         std::vector<std::uint16_t> ws(static_cast<std::size_t>(reqs * m * 512), kPoison);
         Status st = gather_prefill_chunk(b.desc(), c, ratio, ch, ch.compressed_rows, swa_c.view, comp_c.view,
                                          TensorView::contiguous(ws.data(), DType::kBF16, {reqs, m, 512}));
@@ -134,7 +138,8 @@ TEST(MetadataGather, OddPageBf16RowsAndErrors) {
   std::vector<std::uint16_t> cache(static_cast<std::size_t>(pages * page * 512));
   for (long s = 0; s < pages * page; ++s)
     for (long d = 0; d < 512; ++d)
-      cache[static_cast<std::size_t>(s * 512 + d)] = f32_to_bf16(static_cast<float>(s) + static_cast<float>(d) / 1024.0f);
+      cache[static_cast<std::size_t>(s * 512 + d)] =
+          f32_to_bf16(static_cast<float>(s) + static_cast<float>(d) / 1024.0f);
   KvCacheView kv;
   kv.format = KvFormat::kBf16Rows;
   kv.pages = TensorView::contiguous(cache.data(), DType::kBF16, {pages, page, 512});

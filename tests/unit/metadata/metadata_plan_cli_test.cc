@@ -75,9 +75,9 @@ TEST(MetadataPlanCli, PrettyAndBatchFile) {
 }
 
 TEST(MetadataPlanCli, BadInputExitsTwo) {
-  EXPECT_EQ(run_plan({"--query-lens", "5,1", "--seq-lens", "10,10"}), 2);   // not decode-first
-  EXPECT_EQ(run_plan({"--query-lens", "5", "--seq-lens", "4"}), 2);         // context shorter than query
-  EXPECT_EQ(run_plan({"--query-lens", "1,1", "--seq-lens", "4"}), 2);       // mismatched lists
+  EXPECT_EQ(run_plan({"--query-lens", "5,1", "--seq-lens", "10,10"}), 2);     // not decode-first
+  EXPECT_EQ(run_plan({"--query-lens", "5", "--seq-lens", "4"}), 2);           // context shorter than query
+  EXPECT_EQ(run_plan({"--query-lens", "1,1", "--seq-lens", "4"}), 2);         // mismatched lists
   EXPECT_EQ(run_plan({"--query-lens", "1", "--seq-lens", "2000000000"}), 2);  // absurd length
   EXPECT_EQ(run_plan({"--batch", "/nonexistent/batch.json"}), 2);
   EXPECT_EQ(run_plan({}), 2);

@@ -204,9 +204,11 @@ TEST_F(SeededTest, CallerBuffersMatchOwning) {
       ASSERT_EQ(lens[u], owning->swa_lens[u]);
       ASSERT_EQ(c4s[u], owning->c4_slot_mapping[u]);
       ASSERT_EQ(c128s[u], owning->c128_slot_mapping[u]);
-      for (long j = 0; j < w; ++j) ASSERT_EQ(win[u * static_cast<std::size_t>(w + 1) + static_cast<std::size_t>(j)],
-                                              owning->swa_indices[u * static_cast<std::size_t>(w) + static_cast<std::size_t>(j)]);
-      ASSERT_EQ(win[u * static_cast<std::size_t>(w + 1) + static_cast<std::size_t>(w)], kPoison);  // row padding untouched
+      for (long j = 0; j < w; ++j)
+        ASSERT_EQ(win[u * static_cast<std::size_t>(w + 1) + static_cast<std::size_t>(j)],
+                  owning->swa_indices[u * static_cast<std::size_t>(w) + static_cast<std::size_t>(j)]);
+      ASSERT_EQ(win[u * static_cast<std::size_t>(w + 1) + static_cast<std::size_t>(w)],
+                kPoison);  // row padding untouched
     }
     const auto tr = static_cast<std::size_t>(s.token_rows);
     EXPECT_EQ(lens[tr], kPoison);
@@ -214,9 +216,12 @@ TEST_F(SeededTest, CallerBuffersMatchOwning) {
     EXPECT_EQ(qsl.back(), kPoison);
     EXPECT_EQ(gl.back(), kPoison);
     EXPECT_EQ(cdl.back(), kPoison);
-    for (long j = 0; j < s.c128a_decode_rows * cw; ++j) ASSERT_EQ(cdi[static_cast<std::size_t>(j)], owning->c128a_decode_indices[static_cast<std::size_t>(j)]);
-    for (long j = 0; j < s.c128a_prefill_rows * cw; ++j) ASSERT_EQ(cpi[static_cast<std::size_t>(j)], owning->c128a_prefill_indices[static_cast<std::size_t>(j)]);
-    for (long j = s.c128a_prefill_rows * cw; j < (s.c128a_prefill_rows + 1) * cw; ++j) ASSERT_EQ(cpi[static_cast<std::size_t>(j)], kPoison);
+    for (long j = 0; j < s.c128a_decode_rows * cw; ++j)
+      ASSERT_EQ(cdi[static_cast<std::size_t>(j)], owning->c128a_decode_indices[static_cast<std::size_t>(j)]);
+    for (long j = 0; j < s.c128a_prefill_rows * cw; ++j)
+      ASSERT_EQ(cpi[static_cast<std::size_t>(j)], owning->c128a_prefill_indices[static_cast<std::size_t>(j)]);
+    for (long j = s.c128a_prefill_rows * cw; j < (s.c128a_prefill_rows + 1) * cw; ++j)
+      ASSERT_EQ(cpi[static_cast<std::size_t>(j)], kPoison);
   }
 }
 
@@ -249,7 +254,7 @@ TEST_F(SeededTest, ChunkPlansMatchNaiveGreedy) {
             const long nmc = std::max(mc, comp(end)), nmg = std::max(mg, gath(end));
             const long count = end - r + 1;
             const bool ok = end == r || (policy == ChunkPolicy::kFixed ? count <= c.prefill_chunk_size
-                                                                         : count * (nmc + nmg) <= area);
+                                                                       : count * (nmc + nmg) <= area);
             if (!ok) break;
             mc = nmc;
             mg = nmg;
@@ -298,11 +303,13 @@ TEST_F(SeededTest, CombineMatchesSpecFormula) {
           std::vector<std::int32_t> pool(static_cast<std::size_t>(vis));
           for (long j = 0; j < vis; ++j) pool[static_cast<std::size_t>(j)] = static_cast<std::int32_t>(j);
           std::shuffle(pool.begin(), pool.end(), rng);
-          for (long k = 0; k < std::min(vis, topk_w); ++k) topk[static_cast<std::size_t>(i * topk_w + k)] = pool[static_cast<std::size_t>(k)];
+          for (long k = 0; k < std::min(vis, topk_w); ++k)
+            topk[static_cast<std::size_t>(i * topk_w + k)] = pool[static_cast<std::size_t>(k)];
         }
-        std::vector<std::int32_t> out(static_cast<std::size_t>(tokens * width), 77), lens(static_cast<std::size_t>(tokens), 77);
-        const TensorView topk_view = ratio == 1 ? TensorView{}
-                                                : TensorView::contiguous(topk.data(), DType::kI32, {tokens, topk_w});
+        std::vector<std::int32_t> out(static_cast<std::size_t>(tokens * width), 77),
+            lens(static_cast<std::size_t>(tokens), 77);
+        const TensorView topk_view =
+            ratio == 1 ? TensorView{} : TensorView::contiguous(topk.data(), DType::kI32, {tokens, topk_w});
         Status st = combine_topk_swa_indices(b.desc(), c, ratio, ch, ch.compressed_rows, ch.workspace_rows, topk_view,
                                              TensorView::contiguous(out.data(), DType::kI32, {tokens, width}),
                                              TensorView::contiguous(lens.data(), DType::kI32, {tokens}));
@@ -310,19 +317,22 @@ TEST_F(SeededTest, CombineMatchesSpecFormula) {
         for (long i = 0; i < tokens; ++i) {
           const NaiveToken& tok = n.tokens[static_cast<std::size_t>(ch.token_begin + i)];
           const long bidx = tok.req - ch.req_begin;
-          const long q = b.query_lens[static_cast<std::size_t>(tok.req)], len = b.seq_lens[static_cast<std::size_t>(tok.req)];
+          const long q = b.query_lens[static_cast<std::size_t>(tok.req)],
+                     len = b.seq_lens[static_cast<std::size_t>(tok.req)];
           const long gather_len = q + std::min<long>(len - q, c.window - 1);
           const long gather_start = len - gather_len;
           const long topk_len = ratio == 1 ? 0 : std::min((tok.pos + 1) / ratio, topk_w);
           const long swa_len = std::min<long>(tok.pos + 1, c.window);
           std::vector<long> expect(static_cast<std::size_t>(width), -1);
           for (long k = 0; k < topk_len; ++k)
-            expect[static_cast<std::size_t>(k)] = topk[static_cast<std::size_t>(i * topk_w + k)] + bidx * ch.workspace_rows;
+            expect[static_cast<std::size_t>(k)] =
+                topk[static_cast<std::size_t>(i * topk_w + k)] + bidx * ch.workspace_rows;
           for (long j = 0; j < swa_len; ++j)
             expect[static_cast<std::size_t>(topk_len + j)] =
                 bidx * ch.workspace_rows + ch.compressed_rows + (tok.pos - swa_len + 1 - gather_start) + j;
           ASSERT_EQ(lens[static_cast<std::size_t>(i)], topk_len + swa_len);
-          for (long j = 0; j < width; ++j) ASSERT_EQ(out[static_cast<std::size_t>(i * width + j)], expect[static_cast<std::size_t>(j)]) << j;
+          for (long j = 0; j < width; ++j)
+            ASSERT_EQ(out[static_cast<std::size_t>(i * width + j)], expect[static_cast<std::size_t>(j)]) << j;
           // Every index lands inside its own request's rows of the workspace.
           for (long j = 0; j < topk_len + swa_len; ++j) {
             const long x = out[static_cast<std::size_t>(i * width + j)] - bidx * ch.workspace_rows;
@@ -345,17 +355,17 @@ TEST_F(SeededTest, C4aGlobalMatchesNaive) {
     table.resize(rows, cols, uni(0, 2));
     for (long r = 0; r < rows; ++r)
       for (long cc = 0; cc < cols; ++cc) table.at(r, cc) = static_cast<std::int32_t>(uni(-2, 40));
-    std::vector<std::int32_t> local(static_cast<std::size_t>(std::max<long>(n * k, 1))), req(static_cast<std::size_t>(std::max<long>(n, 1)));
+    std::vector<std::int32_t> local(static_cast<std::size_t>(std::max<long>(n * k, 1))),
+        req(static_cast<std::size_t>(std::max<long>(n, 1)));
     std::vector<std::uint8_t> valid(static_cast<std::size_t>(std::max<long>(n, 1)));
     for (auto& v : local) v = static_cast<std::int32_t>(uni(-3, bs * (cols + 1)));
     for (auto& v : req) v = static_cast<std::int32_t>(uni(-1, rows));
     for (auto& v : valid) v = static_cast<std::uint8_t>(uni(0, 3) != 0);
     std::vector<std::int32_t> out(local.size(), 99), lens(req.size(), 99);
-    Status st = c4a_global_topk_indices(TensorView::contiguous(local.data(), DType::kI32, {n, k}),
-                                        TensorView::contiguous(req.data(), DType::kI32, {n}),
-                                        TensorView::contiguous(valid.data(), DType::kU8, {n}), table.view(), bs,
-                                        TensorView::contiguous(out.data(), DType::kI32, {n, k}),
-                                        TensorView::contiguous(lens.data(), DType::kI32, {n}));
+    Status st = c4a_global_topk_indices(
+        TensorView::contiguous(local.data(), DType::kI32, {n, k}), TensorView::contiguous(req.data(), DType::kI32, {n}),
+        TensorView::contiguous(valid.data(), DType::kU8, {n}), table.view(), bs,
+        TensorView::contiguous(out.data(), DType::kI32, {n, k}), TensorView::contiguous(lens.data(), DType::kI32, {n}));
     ASSERT_TRUE(st.ok()) << st.to_string();
     for (long t = 0; t < n; ++t) {
       std::vector<long> kept;
@@ -367,9 +377,11 @@ TEST_F(SeededTest, C4aGlobalMatchesNaive) {
         if (block < 0) continue;
         kept.push_back(block * bs + l % bs);
       }
-      ASSERT_EQ(lens[static_cast<std::size_t>(t)], valid[static_cast<std::size_t>(t)] ? static_cast<long>(kept.size()) : 0);
+      ASSERT_EQ(lens[static_cast<std::size_t>(t)],
+                valid[static_cast<std::size_t>(t)] ? static_cast<long>(kept.size()) : 0);
       for (long j = 0; j < k; ++j)
-        ASSERT_EQ(out[static_cast<std::size_t>(t * k + j)], j < static_cast<long>(kept.size()) ? kept[static_cast<std::size_t>(j)] : -1);
+        ASSERT_EQ(out[static_cast<std::size_t>(t * k + j)],
+                  j < static_cast<long>(kept.size()) ? kept[static_cast<std::size_t>(j)] : -1);
     }
   }
 }
@@ -393,11 +405,14 @@ TEST_F(SeededTest, MixedLayoutMatchesNaive) {
         const NaiveToken& tok = n.tokens[static_cast<std::size_t>(t)];
         const long vis = tok.req < 0 ? 0 : (tok.pos + 1) / 4;
         for (long kk = 0; kk < std::min(vis, topk_w); ++kk)
-          local[static_cast<std::size_t>(t * topk_w + kk)] = static_cast<std::int32_t>(std::uniform_int_distribution<long>(0, vis - 1)(rng));
+          local[static_cast<std::size_t>(t * topk_w + kk)] =
+              static_cast<std::int32_t>(std::uniform_int_distribution<long>(0, vis - 1)(rng));
       }
       const long stride = (width + 3) / 4 * 4;
-      std::vector<std::int32_t> out(static_cast<std::size_t>(std::max<long>(t_all * stride, 1)), 55), lens(static_cast<std::size_t>(std::max<long>(t_all, 1)), 55);
-      const TensorView local_view = ratio == 4 ? TensorView::contiguous(local.data(), DType::kI32, {t_all, topk_w}) : TensorView{};
+      std::vector<std::int32_t> out(static_cast<std::size_t>(std::max<long>(t_all * stride, 1)), 55),
+          lens(static_cast<std::size_t>(std::max<long>(t_all, 1)), 55);
+      const TensorView local_view =
+          ratio == 4 ? TensorView::contiguous(local.data(), DType::kI32, {t_all, topk_w}) : TensorView{};
       Status st = mixed_sparse_indices(b.desc(), c, ratio, local_view,
                                        TensorView::strided(out.data(), DType::kI32, {t_all, width}, {stride, 1}),
                                        TensorView::contiguous(lens.data(), DType::kI32, {t_all}));
@@ -413,7 +428,8 @@ TEST_F(SeededTest, MixedLayoutMatchesNaive) {
           std::vector<long> comp;
           if (ratio == 4) {
             for (long kk = 0; kk < std::min((tok.pos + 1) / 4, topk_w); ++kk)
-              comp.push_back(lookup(b.c4, tok.req, c.logical_block_size / 4, local[static_cast<std::size_t>(t * topk_w + kk)]));
+              comp.push_back(
+                  lookup(b.c4, tok.req, c.logical_block_size / 4, local[static_cast<std::size_t>(t * topk_w + kk)]));
           } else if (ratio == 128) {
             for (long j = 0; j < std::min((tok.pos + 1) / 128, c128_active); ++j)
               comp.push_back(lookup(b.c128, tok.req, c.logical_block_size / 128, j));
@@ -422,7 +438,9 @@ TEST_F(SeededTest, MixedLayoutMatchesNaive) {
           len = c.window + static_cast<long>(comp.size());
         }
         ASSERT_EQ(lens[static_cast<std::size_t>(t)], len) << "token " << t;
-        for (long j = 0; j < width; ++j) ASSERT_EQ(out[static_cast<std::size_t>(t * stride + j)], expect[static_cast<std::size_t>(j)]) << t << "," << j;
+        for (long j = 0; j < width; ++j)
+          ASSERT_EQ(out[static_cast<std::size_t>(t * stride + j)], expect[static_cast<std::size_t>(j)])
+              << t << "," << j;
       }
     }
   }

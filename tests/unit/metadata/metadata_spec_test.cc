@@ -44,23 +44,24 @@ TEST(MetadataSpec, WorkedDecodeExample) {
   EXPECT_EQ(m->swa_lens[0], 128);
   EXPECT_EQ(m->swa_indices[0], 8936);
   EXPECT_EQ(m->swa_indices[127], 9319);
-  EXPECT_EQ(m->swa_indices[23], 8936 + 23);   // position 895 (still page 13)
-  EXPECT_EQ(m->swa_indices[24], 142 * 64);    // position 896 starts page 14
+  EXPECT_EQ(m->swa_indices[23], 8936 + 23);  // position 895 (still page 13)
+  EXPECT_EQ(m->swa_indices[24], 142 * 64);   // position 896 starts page 14
   EXPECT_EQ(m->swa_slot_mapping[0], 9319);
   // C128A: n = 1000 // 128 = 7 -> bt[j/2]*2 + j%2, lens 7, width roundup(512, 128) = 512.
   ASSERT_EQ(m->sizes.c128a_width, 512);
   EXPECT_EQ(m->c128a_decode_lens[0], 7);
   const std::vector<std::int32_t> c128_expect = {40, 41, 42, 43, 44, 45, 46};
   for (long j = 0; j < 512; ++j) {
-    EXPECT_EQ(m->c128a_decode_indices[static_cast<std::size_t>(j)], j < 7 ? c128_expect[static_cast<std::size_t>(j)] : -1);
+    EXPECT_EQ(m->c128a_decode_indices[static_cast<std::size_t>(j)],
+              j < 7 ? c128_expect[static_cast<std::size_t>(j)] : -1);
   }
   // C4A: local [0..249, -1 x 262] -> global bt[j/64]*64 + j%64, lens 250.
   std::vector<std::int32_t> local = iota_row(250, 512);
   std::vector<std::int32_t> global(512, 99), lens(1, 99);
   ASSERT_TRUE(c4a_global_topk_indices(TensorView::contiguous(local.data(), DType::kI32, {1, 512}),
                                       TensorView::contiguous(m->token_to_req.data(), DType::kI32, {1}),
-                                      TensorView::contiguous(m->is_valid_token.data(), DType::kU8, {1}),
-                                      b.c4.view(), 64, TensorView::contiguous(global.data(), DType::kI32, {1, 512}),
+                                      TensorView::contiguous(m->is_valid_token.data(), DType::kU8, {1}), b.c4.view(),
+                                      64, TensorView::contiguous(global.data(), DType::kI32, {1, 512}),
                                       TensorView::contiguous(lens.data(), DType::kI32, {1}))
                   .ok());
   EXPECT_EQ(lens[0], 250);
@@ -166,7 +167,8 @@ TEST(MetadataSpec, C128aCaptureStableRows) {
   EXPECT_EQ(slice(m->c128a_prefill_indices, 1, 128), iota_row(3, 128));  // pos 383: [0, 1, 2, -1, ...]
   EXPECT_EQ(slice(m->c128a_prefill_indices, 3, 128), iota_row(4, 128));  // pos 639: [0, 1, 2, 3, -1, ...]
   // Compressed slot mapping: only tokens closing an entry write one (pos 255, 383, 639).
-  EXPECT_EQ(m->c128_slot_mapping, (std::vector<std::int64_t>{1537, -1, -1, (768 + 11) * 2 + 0, -1, (768 + 17) * 2 + 0}));
+  EXPECT_EQ(m->c128_slot_mapping,
+            (std::vector<std::int64_t>{1537, -1, -1, (768 + 11) * 2 + 0, -1, (768 + 17) * 2 + 0}));
 }
 
 // Spec 3.6 / 8: 5 prefills of seq 80..144, query 4, W=64, r=4 -> one chunk (0, 5, 36, 103).
@@ -238,8 +240,8 @@ TEST(MetadataSpec, GlobalTopkBoundsAndCompaction) {
   std::vector<std::int32_t> req = {0, 3};
   std::vector<std::int32_t> out(4, 9), lens(2, 9);
   ASSERT_TRUE(c4a_global_topk_indices(TensorView::contiguous(local.data(), DType::kI32, {2, 2}),
-                                      TensorView::contiguous(req.data(), DType::kI32, {2}), TensorView{},
-                                      table.view(), 64, TensorView::contiguous(out.data(), DType::kI32, {2, 2}),
+                                      TensorView::contiguous(req.data(), DType::kI32, {2}), TensorView{}, table.view(),
+                                      64, TensorView::contiguous(out.data(), DType::kI32, {2, 2}),
                                       TensorView::contiguous(lens.data(), DType::kI32, {2}))
                   .ok());
   EXPECT_EQ(out, (std::vector<std::int32_t>{704, -1, -1, -1}));

@@ -40,8 +40,9 @@ inline std::uint16_t read_u16(const std::uint8_t* p) { return static_cast<std::u
 // Dequantizes global slot `slot` of a cache into head_dim doubles.
 inline std::vector<double> decode_slot(const KvCacheView& cache, std::int64_t slot) {
   const std::int64_t page_size = cache.pages.shape[1];
-  const auto* page = static_cast<const std::uint8_t*>(cache.pages.data) +
-                     (slot / page_size) * cache.pages.stride[0] * static_cast<std::int64_t>(dtype_size(cache.pages.dtype));
+  const auto* page =
+      static_cast<const std::uint8_t*>(cache.pages.data) +
+      (slot / page_size) * cache.pages.stride[0] * static_cast<std::int64_t>(dtype_size(cache.pages.dtype));
   const std::int64_t t = slot % page_size;
   std::vector<double> row;
   switch (cache.format) {
@@ -163,8 +164,8 @@ inline Result decode(const SparseDecodeArgs& a) {
     if (a.extra_cache) collect(*a.extra_cache, a.extra_indices, a.extra_lengths, t, rows);
     for (std::int64_t h = 0; h < r.num_heads; ++h) {
       const auto i = static_cast<std::size_t>(t * r.num_heads + h);
-      attend(read_q(a.q, t, h), rows, r.d_v, a.softmax_scale, read_sink(a.sink, h), &r.out[i * static_cast<std::size_t>(r.d_v)],
-             &r.lse[i], &r.max_logit[i]);
+      attend(read_q(a.q, t, h), rows, r.d_v, a.softmax_scale, read_sink(a.sink, h),
+             &r.out[i * static_cast<std::size_t>(r.d_v)], &r.lse[i], &r.max_logit[i]);
     }
   }
   return r;
@@ -194,8 +195,8 @@ inline Result prefill(const SparsePrefillArgs& a) {
     }
     for (std::int64_t h = 0; h < r.num_heads; ++h) {
       const auto i = static_cast<std::size_t>(s * r.num_heads + h);
-      attend(read_q(a.q, s, h), rows, r.d_v, a.softmax_scale, read_sink(a.sink, h), &r.out[i * static_cast<std::size_t>(r.d_v)],
-             &r.lse[i], &r.max_logit[i]);
+      attend(read_q(a.q, s, h), rows, r.d_v, a.softmax_scale, read_sink(a.sink, h),
+             &r.out[i * static_cast<std::size_t>(r.d_v)], &r.lse[i], &r.max_logit[i]);
     }
   }
   return r;

@@ -20,9 +20,9 @@ using testkit::HostTensor;
 inline HostTensor nan_cache(KvFormat format, std::int64_t num_pages, std::int64_t page_size) {
   const KvFormatInfo info = kv_format_info(format);
   const std::int64_t page_bytes = visit_kv_format(format, [&](auto f) { return decltype(f)::page_bytes(page_size); });
-  HostTensor t = HostTensor::zeros(info.storage_dtype, {num_pages, page_size, info.row_elements},
-                                   {page_bytes / static_cast<std::int64_t>(dtype_size(info.storage_dtype)),
-                                    info.row_elements, 1});
+  HostTensor t =
+      HostTensor::zeros(info.storage_dtype, {num_pages, page_size, info.row_elements},
+                        {page_bytes / static_cast<std::int64_t>(dtype_size(info.storage_dtype)), info.row_elements, 1});
   std::memset(t.bytes(), 0xFF, t.size_bytes());
   return t;
 }

@@ -8,9 +8,9 @@
 #include <string>
 
 #include "smla/attention.h"
+#include "testkit/testkit.h"
 #include "tests/common/test_common.h"
 #include "tests/unit/reference/dense_golden.h"
-#include "testkit/testkit.h"
 
 namespace smla::testing {
 namespace {
@@ -26,7 +26,6 @@ struct GoldenCase {
 };
 // gtest prints the case name instead of the raw bytes.
 void PrintTo(const GoldenCase& c, std::ostream* os) { *os << c.name; }
-
 
 void expect_matches_golden(testkit::DecodeCaseOptions options) {
   options.seed = test_seed();

@@ -8,8 +8,8 @@
 #include <random>
 
 #include "smla/attention.h"
-#include "tests/common/test_common.h"
 #include "testkit/testkit.h"
+#include "tests/common/test_common.h"
 
 namespace smla::testing {
 namespace {
@@ -66,8 +66,8 @@ TEST(ReferenceDecodeProperty, PermutingTheIndexOrderChangesNothing) {
   const Outputs before = run_copy(c, args);
   std::mt19937_64 rng(seed);
   for (std::int64_t t = 0; t < c.num_tokens(); ++t) {
-    for (const auto& [indices, lengths] : {std::pair{args.main_indices, args.main_lengths},
-                                           std::pair{args.extra_indices, args.extra_lengths}}) {
+    for (const auto& [indices, lengths] :
+         {std::pair{args.main_indices, args.main_lengths}, std::pair{args.extra_indices, args.extra_lengths}}) {
       std::vector<std::int32_t> row;
       for (std::int64_t k = 0; k < length_at(lengths, t); ++k) row.push_back(index_at(indices, t, k));
       std::shuffle(row.begin(), row.end(), rng);
@@ -76,7 +76,8 @@ TEST(ReferenceDecodeProperty, PermutingTheIndexOrderChangesNothing) {
   }
   const Outputs after = run_copy(c, args);
   // Summation order only moves float64 rounding, far below one bf16 step.
-  EXPECT_TRUE(WithinTolerance(testkit::compare_bf16(after.out.view(), before.out.view(), {1e-6, 1.0 / 256, 1e-9}), "out"));
+  EXPECT_TRUE(
+      WithinTolerance(testkit::compare_bf16(after.out.view(), before.out.view(), {1e-6, 1.0 / 256, 1e-9}), "out"));
   EXPECT_TRUE(WithinTolerance(testkit::compare_f32(after.lse.view(), before.lse.view(), {1e-6, 1e-6, 1e-9}), "lse"));
 }
 
@@ -186,7 +187,8 @@ TEST(ReferenceDecodeProperty, NanInEveryUnselectedRowNeverReachesTheOutput) {
         const float lse = args.lse.ptr<const float>()[t * args.lse.stride[0] + h];
         ASSERT_FALSE(std::isnan(lse)) << "token " << t << " head " << h;
         for (std::int64_t d = 0; d < c.d_v(); ++d) {
-          const float v = bf16_to_f32(args.out.ptr<const std::uint16_t>()[t * args.out.stride[0] + h * args.out.stride[1] + d]);
+          const float v =
+              bf16_to_f32(args.out.ptr<const std::uint16_t>()[t * args.out.stride[0] + h * args.out.stride[1] + d]);
           ASSERT_TRUE(std::isfinite(v)) << "token " << t << " head " << h << " dim " << d;
         }
       }

@@ -3,8 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <ostream>
 #include <limits>
+#include <ostream>
 
 #include "smla/attention.h"
 #include "tests/common/test_common.h"
@@ -111,7 +111,6 @@ struct PrefillGoldenCase {
 // gtest prints the case name instead of the raw bytes.
 void PrintTo(const PrefillGoldenCase& c, std::ostream* os) { *os << c.name; }
 
-
 class ReferencePrefillGolden : public ::testing::TestWithParam<PrefillGoldenCase> {};
 
 TEST_P(ReferencePrefillGolden, MatchesDenseFloat64Golden) {
@@ -130,7 +129,8 @@ TEST_P(ReferencePrefillGolden, MatchesDenseFloat64Golden) {
   const HostTensor want_max = golden::f32_tensor(want.max_logit, options.s_q, options.num_heads);
   EXPECT_TRUE(WithinTolerance(testkit::compare_bf16(args.out, want_out.view(), {1e-6, 1.0 / 128, 1e-6}), "out"));
   EXPECT_TRUE(WithinTolerance(testkit::compare_f32(args.lse, want_lse.view(), {1e-6, 1e-5, 1e-9}), "lse"));
-  EXPECT_TRUE(WithinTolerance(testkit::compare_f32(args.max_logits, want_max.view(), {1e-6, 1e-6, 1e-9}), "max_logits"));
+  EXPECT_TRUE(
+      WithinTolerance(testkit::compare_f32(args.max_logits, want_max.view(), {1e-6, 1e-6, 1e-9}), "max_logits"));
 }
 
 std::vector<PrefillGoldenCase> prefill_cases() {

@@ -1,4 +1,6 @@
 // The testkit itself: poisoning, comparison metrics and the hostile cases it builds.
+#include "testkit/testkit.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,7 +10,6 @@
 
 #include "tests/common/test_common.h"
 #include "tests/unit/reference/dense_golden.h"
-#include "testkit/testkit.h"
 
 namespace smla::testing {
 namespace {
@@ -51,8 +52,8 @@ TEST(Testkit, CompareCountsErrorsAndNonFiniteMismatches) {
   EXPECT_DOUBLE_EQ(stats.max_abs_err, 0.5);
   EXPECT_DOUBLE_EQ(stats.max_rel_err, 0.25);
   // Within tolerance when abs or rel holds.
-  const testkit::ErrorStats loose = testkit::compare_f32(off.view(), f32_values({1.0f, 2.0f, -inf, 0.0f, 0.0f}).view(),
-                                                         {0.0, 0.3, 1.0});
+  const testkit::ErrorStats loose =
+      testkit::compare_f32(off.view(), f32_values({1.0f, 2.0f, -inf, 0.0f, 0.0f}).view(), {0.0, 0.3, 1.0});
   EXPECT_TRUE(loose.passed()) << loose.to_string();
 
   HostTensor shorter = f32_values({1.0f});
@@ -101,7 +102,8 @@ TEST(Testkit, DecodeCaseIsHostileAndConsistent) {
     EXPECT_EQ(testkit::count_poisoned(a.out), a.out.numel());
 
     // Attended rows decode to finite values; every other row holds NaN.
-    std::vector<std::pair<KvCacheView, std::pair<TensorView, TensorView>>> sets{{a.main_cache, {a.main_indices, a.main_lengths}}};
+    std::vector<std::pair<KvCacheView, std::pair<TensorView, TensorView>>> sets{
+        {a.main_cache, {a.main_indices, a.main_lengths}}};
     if (a.extra_cache) sets.push_back({*a.extra_cache, {a.extra_indices, a.extra_lengths}});
     std::int64_t attended = 0;
     for (const auto& [cache, index_set] : sets) {
@@ -158,7 +160,8 @@ TEST(Testkit, DecodeCaseIsDeterministicPerSeedAndPermutesPages) {
   // Consecutive logical blocks of a request do not sit in consecutive pages.
   std::int64_t in_order = 0;
   for (std::int64_t k = 4; k < 64; k += 4) {
-    const std::int32_t prev = golden::read_i32(aa.main_indices, 1, k - 4), cur = golden::read_i32(aa.main_indices, 1, k);
+    const std::int32_t prev = golden::read_i32(aa.main_indices, 1, k - 4),
+                       cur = golden::read_i32(aa.main_indices, 1, k);
     in_order += cur / 4 == prev / 4 + 1 ? 1 : 0;
   }
   EXPECT_LT(in_order, 15);
