@@ -36,8 +36,10 @@ struct DecodeCaseOptions {
   double value_scale = 1.0;             // KV and q values ~ N(0, value_scale^2)
 };
 
-// Checks the options (positive sizes, s_q >= 1, h in [1, 128], 0 <= fraction <= 1,
-// the V3.2 format without extra cache...). make_decode_case requires OK options.
+// Checks the options (positive sizes, s_q >= 1, main_context >= s_q, h in [1, 128],
+// 0 <= invalid_index_fraction <= 1, finite value_scale > 0). Any format may
+// have an extra cache (V3.2 production layers have none: set extra_topk = 0).
+// make_decode_case requires OK options.
 Status check_decode_case_options(const DecodeCaseOptions& options);
 
 class DecodeCase {

@@ -1,13 +1,14 @@
 // The sparse MLA attention kernel (decode, direct-from-cache prefill and
-// flat-workspace prefill) and its split-KV combine. Included only by the
-// per-format instantiation files.
+// flat-workspace prefill). Included only by the per-loader instantiation files
+// and the split-KV combine.
 //
 // One CTA = one query token x kRows query heads x one split of the token's keys.
 // Keys are the token's valid main entries followed by its valid extra entries
 // (lengths clamped to [0, width]); indices outside [0, num_slots) are masked
 // and never dereferenced. Per 32-key tile:
-//   1. the raw rows (copied by cp.async during the previous tile) are expanded
-//      to bf16 K rows in shared memory, 8 threads per key;
+//   1. the raw rows (copied by cp.async one to three tiles earlier, in a ring of
+//      p.kv_stages buffers) are expanded to bf16 K rows in shared memory, 8
+//      threads per key;
 //   2. S = Q K^T with mma.sync m16n8k16 (the head-dim reduction is split across
 //      warps when kRows < 64 so all 8 warps stay busy);
 //   3. online softmax in the exp2 domain, one row per 256/kRows threads;

@@ -24,6 +24,8 @@ using testkit::HostTensor;
 // Poured into the padding between cache pages: NaN in every element type
 // (e4m3 0xFF, bf16 0xFFFF, UE8M0 0xFF), so a kernel that reads padding shows it.
 constexpr unsigned char kPagePaddingByte = 0xFF;
+// A padded cache is re-laid in host memory; a stride that would need more is refused.
+constexpr std::int64_t kMaxCacheBytes = std::int64_t{1} << 36;
 
 std::string key_label(std::string_view key, const std::string& file) { return fmt::format("key '{}' ({})", key, file); }
 
@@ -69,12 +71,6 @@ Expected<HostTensor> load_tensor(const fs::path& dir, std::string_view key, cons
     return invalid_argument(label, fmt::format("rank {}", rank), fmt::format("shape {}", array->describe()));
   }
   return tensor_from_array(*array, dtype, label);
-}
-
-Expected<HostTensor> load_optional(const fs::path& dir, std::string_view key, const std::optional<std::string>& file,
-                                   DType dtype, int rank) {
-  if (!file) return HostTensor{};
-  return load_tensor(dir, key, *file, dtype, rank);
 }
 
 // One expected extent; value < 0 accepts any extent.
@@ -124,6 +120,12 @@ Expected<KvCacheView> load_cache(const fs::path& dir, std::string_view key, cons
                                         view.shape[1], view.shape[2] * item),
                             fmt::format("{}", stride_bytes));
   }
+  const std::int64_t num_pages = view.shape[0];
+  if (num_pages > 1 && stride_bytes > (kMaxCacheBytes - content_bytes) / (num_pages - 1)) {
+    return invalid_argument(fmt::format("key '{}'", stride_key),
+                            fmt::format("a stride that keeps {} pages under {} bytes", num_pages, kMaxCacheBytes),
+                            fmt::format("{}", stride_bytes));
+  }
   if (stride_bytes == content_bytes) {
     storage = std::move(*dense);
   } else {
@@ -142,142 +144,135 @@ Expected<KvCacheView> load_cache(const fs::path& dir, std::string_view key, cons
   return cache;
 }
 
-std::string shape_line(std::string_view name, const HostTensor& tensor) {
-  return fmt::format("{}: {}", name, tensor.view().describe());
-}
-
 Status write_tensor(const fs::path& path, const TensorView& view) {
   auto array = npy_from_tensor(view, path.string());
   if (!array) return array.status();
   return write_npy(path, *array);
 }
 
-// Poisoned outputs, so elements a backend forgets to write show up as NaN.
-HostTensor make_output(DType dtype, const std::vector<std::int64_t>& shape) {
-  HostTensor tensor = HostTensor::zeros(dtype, shape);
-  testkit::poison(tensor.view());
-  return tensor;
-}
+// Loads the tensors of one case, keeps them alive and lists their shapes in the report.
+class CaseLoader {
+ public:
+  CaseLoader(const fs::path& dir, const ReplayManifest& manifest, ReplayReport& report)
+      : dir_(dir), manifest_(manifest), report_(report) {}
 
-// Output file name and tensor, in the order they are written.
-using Outputs = std::vector<std::pair<std::string, HostTensor>>;
+  Expected<TensorView> required(std::string_view key, const std::string& file, DType dtype,
+                                std::initializer_list<Dim> dims) {
+    auto tensor = load_tensor(dir_, key, file, dtype, static_cast<int>(dims.size()));
+    if (!tensor) return tensor.status();
+    SMLA_RETURN_IF_ERROR(check_dims(key, file, *tensor, dims));
+    return keep(key, std::move(*tensor));
+  }
+  // An absent file gives an absent view.
+  Expected<TensorView> optional(std::string_view key, const std::optional<std::string>& file, DType dtype,
+                                std::initializer_list<Dim> dims) {
+    if (!file) return TensorView{};
+    return required(key, *file, dtype, dims);
+  }
+  Expected<KvCacheView> cache(std::string_view key, const std::string& file, std::string_view stride_key,
+                              std::optional<std::int64_t> page_stride_bytes) {
+    HostTensor storage;
+    auto cache = load_cache(dir_, key, file, stride_key, page_stride_bytes, manifest_, storage);
+    if (!cache) return cache.status();
+    keep(key, std::move(storage));
+    return cache;
+  }
+  // A poisoned output, so an element a backend forgets to write shows up as NaN.
+  TensorView output(std::string file, DType dtype, const std::vector<std::int64_t>& shape) {
+    HostTensor tensor = HostTensor::zeros(dtype, shape);
+    testkit::poison(tensor.view());
+    outputs_.emplace_back(std::move(file), tensor.view());
+    storage_.push_back(std::move(tensor));
+    return outputs_.back().second;
+  }
+  // Output file names and views, in the order they are written.
+  const std::vector<std::pair<std::string, TensorView>>& outputs() const { return outputs_; }
 
-Status replay_decode(const fs::path& dir, const ReplayManifest& m, Backend backend, ReplayReport& report,
-                     Outputs& outputs) {
+ private:
+  TensorView keep(std::string_view key, HostTensor tensor) {
+    report_.shapes.push_back(fmt::format("{}: {}", key, tensor.view().describe()));
+    storage_.push_back(std::move(tensor));  // the bytes live on the heap: views stay valid
+    return storage_.back().view();
+  }
+
+  const fs::path& dir_;
+  const ReplayManifest& manifest_;
+  ReplayReport& report_;
+  std::vector<HostTensor> storage_;
+  std::vector<std::pair<std::string, TensorView>> outputs_;
+};
+
+Status replay_decode(const ReplayManifest& m, Backend backend, CaseLoader& load, ReplayReport& report) {
   const KvFormatInfo info = kv_format_info(m.format);
-  auto q = load_tensor(dir, "q", m.q, DType::kBF16, 3);
-  if (!q) return q.status();
-  const std::int64_t tokens = q->view().shape[0];
-  const std::int64_t heads = q->view().shape[1];
-  SMLA_RETURN_IF_ERROR(check_dims("q", m.q, *q, {{-1, "T"}, {-1, "h_q"}, {info.head_dim, "d_qk"}}));
-
-  HostTensor main_storage, extra_storage;
-  auto main_cache = load_cache(dir, "main_cache", m.main_cache, "main_page_stride_bytes", m.main_page_stride_bytes, m,
-                               main_storage);
-  if (!main_cache) return main_cache.status();
-  auto main_indices = load_tensor(dir, "main_indices", m.main_indices, DType::kI32, 2);
-  if (!main_indices) return main_indices.status();
-  SMLA_RETURN_IF_ERROR(check_dims("main_indices", m.main_indices, *main_indices, {{tokens, "T"}, {-1, "k_main"}}));
-  auto main_lengths = load_optional(dir, "main_lengths", m.main_lengths, DType::kI32, 1);
-  if (!main_lengths) return main_lengths.status();
-  SMLA_RETURN_IF_ERROR(check_dims("main_lengths", m.main_lengths.value_or(""), *main_lengths, {{tokens, "T"}}));
-  auto sink = load_optional(dir, "sink", m.sink, DType::kF32, 1);
-  if (!sink) return sink.status();
-  SMLA_RETURN_IF_ERROR(check_dims("sink", m.sink.value_or(""), *sink, {{heads, "h_q"}}));
-
   SparseDecodeArgs args;
-  std::optional<Expected<HostTensor>> extra_indices, extra_lengths;
+  auto q = load.required("q", m.q, DType::kBF16, {{-1, "T"}, {-1, "h_q"}, {info.head_dim, "d_qk"}});
+  if (!q) return q.status();
+  const std::int64_t tokens = q->shape[0];
+  const std::int64_t heads = q->shape[1];
+  args.q = *q;
+  auto main_cache = load.cache("main_cache", m.main_cache, "main_page_stride_bytes", m.main_page_stride_bytes);
+  if (!main_cache) return main_cache.status();
+  args.main_cache = *main_cache;
+  auto main_indices = load.required("main_indices", m.main_indices, DType::kI32, {{tokens, "T"}, {-1, "k_main"}});
+  if (!main_indices) return main_indices.status();
+  args.main_indices = *main_indices;
+  auto main_lengths = load.optional("main_lengths", m.main_lengths, DType::kI32, {{tokens, "T"}});
+  if (!main_lengths) return main_lengths.status();
+  args.main_lengths = *main_lengths;
   if (m.extra_cache) {
-    auto extra_cache = load_cache(dir, "extra_cache", *m.extra_cache, "extra_page_stride_bytes",
-                                  m.extra_page_stride_bytes, m, extra_storage);
+    auto extra_cache = load.cache("extra_cache", *m.extra_cache, "extra_page_stride_bytes", m.extra_page_stride_bytes);
     if (!extra_cache) return extra_cache.status();
     args.extra_cache = *extra_cache;
-    extra_indices = load_tensor(dir, "extra_indices", m.extra_indices.value_or(""), DType::kI32, 2);
-    if (!*extra_indices) return extra_indices->status();
-    SMLA_RETURN_IF_ERROR(
-        check_dims("extra_indices", *m.extra_indices, extra_indices->value(), {{tokens, "T"}, {-1, "k_extra"}}));
-    extra_lengths = load_optional(dir, "extra_lengths", m.extra_lengths, DType::kI32, 1);
-    if (!*extra_lengths) return extra_lengths->status();
-    SMLA_RETURN_IF_ERROR(check_dims("extra_lengths", m.extra_lengths.value_or(""), extra_lengths->value(), {{tokens, "T"}}));
-    args.extra_indices = extra_indices->value().view();
-    args.extra_lengths = extra_lengths->value().view();
+    auto extra_indices = load.optional("extra_indices", m.extra_indices, DType::kI32, {{tokens, "T"}, {-1, "k_extra"}});
+    if (!extra_indices) return extra_indices.status();
+    args.extra_indices = *extra_indices;
+    auto extra_lengths = load.optional("extra_lengths", m.extra_lengths, DType::kI32, {{tokens, "T"}});
+    if (!extra_lengths) return extra_lengths.status();
+    args.extra_lengths = *extra_lengths;
   }
-
-  HostTensor out = make_output(DType::kBF16, {tokens, heads, info.value_dim});
-  HostTensor lse = make_output(DType::kF32, {tokens, heads});
-  args.q = q->view();
-  args.main_cache = *main_cache;
-  args.main_indices = main_indices->view();
-  args.main_lengths = main_lengths->view();
-  args.sink = sink->view();
+  auto sink = load.optional("sink", m.sink, DType::kF32, {{heads, "h_q"}});
+  if (!sink) return sink.status();
+  args.sink = *sink;
   args.softmax_scale = m.softmax_scale;
-  args.out = out.view();
-  args.lse = lse.view();
-
-  report.shapes = {shape_line("q", *q), shape_line("main_cache", main_storage),
-                   shape_line("main_indices", *main_indices)};
-  if (main_lengths->present()) report.shapes.push_back(shape_line("main_lengths", *main_lengths));
-  if (m.extra_cache) {
-    report.shapes.push_back(shape_line("extra_cache", extra_storage));
-    report.shapes.push_back(shape_line("extra_indices", extra_indices->value()));
-    if (extra_lengths->value().present()) report.shapes.push_back(shape_line("extra_lengths", extra_lengths->value()));
-  }
-  if (sink->present()) report.shapes.push_back(shape_line("sink", *sink));
+  args.out = load.output("out.npy", DType::kBF16, {tokens, heads, info.value_dim});
+  args.lse = load.output("lse.npy", DType::kF32, {tokens, heads});
   std::vector<double> seconds;
   SMLA_RETURN_IF_ERROR(run_sparse_decode(args, backend, 1, &seconds));
   report.seconds = seconds.front();
-  outputs.emplace_back("out.npy", std::move(out));
-  outputs.emplace_back("lse.npy", std::move(lse));
   return Status::Ok();
 }
 
-Status replay_prefill(const fs::path& dir, const ReplayManifest& m, Backend backend, ReplayReport& report,
-                      Outputs& outputs) {
-  auto q = load_tensor(dir, "q", m.q, DType::kBF16, 3);
+Status replay_prefill(const ReplayManifest& m, Backend backend, CaseLoader& load, ReplayReport& report) {
+  SparsePrefillArgs args;
+  auto q = load.required("q", m.q, DType::kBF16, {{-1, "s_q"}, {-1, "h_q"}, {-1, "d_qk"}});
   if (!q) return q.status();
-  const std::int64_t queries = q->view().shape[0];
-  const std::int64_t heads = q->view().shape[1];
-  const std::int64_t d_qk = q->view().shape[2];
-  auto kv = load_tensor(dir, "kv", m.kv, DType::kBF16, 2);
+  const std::int64_t queries = q->shape[0];
+  const std::int64_t heads = q->shape[1];
+  const std::int64_t d_qk = q->shape[2];
+  args.q = *q;
+  auto kv = load.required("kv", m.kv, DType::kBF16, {{-1, "s_kv"}, {d_qk, "d_qk"}});
   if (!kv) return kv.status();
-  SMLA_RETURN_IF_ERROR(check_dims("kv", m.kv, *kv, {{-1, "s_kv"}, {d_qk, "d_qk"}}));
-  auto indices = load_tensor(dir, "indices", m.indices, DType::kI32, 2);
+  args.kv = *kv;
+  auto indices = load.required("indices", m.indices, DType::kI32, {{queries, "s_q"}, {-1, "topk"}});
   if (!indices) return indices.status();
-  SMLA_RETURN_IF_ERROR(check_dims("indices", m.indices, *indices, {{queries, "s_q"}, {-1, "topk"}}));
-  auto topk_length = load_optional(dir, "topk_length", m.topk_length, DType::kI32, 1);
+  args.indices = *indices;
+  auto topk_length = load.optional("topk_length", m.topk_length, DType::kI32, {{queries, "s_q"}});
   if (!topk_length) return topk_length.status();
-  SMLA_RETURN_IF_ERROR(check_dims("topk_length", m.topk_length.value_or(""), *topk_length, {{queries, "s_q"}}));
-  auto sink = load_optional(dir, "sink", m.sink, DType::kF32, 1);
+  args.topk_length = *topk_length;
+  auto sink = load.optional("sink", m.sink, DType::kF32, {{heads, "h_q"}});
   if (!sink) return sink.status();
-  SMLA_RETURN_IF_ERROR(check_dims("sink", m.sink.value_or(""), *sink, {{heads, "h_q"}}));
+  args.sink = *sink;
   if (m.d_v > d_qk) {
     return invalid_argument("key 'd_v'", fmt::format("at most d_qk = {}", d_qk), fmt::format("{}", m.d_v));
   }
-
-  HostTensor out = make_output(DType::kBF16, {queries, heads, m.d_v});
-  HostTensor max_logits = make_output(DType::kF32, {queries, heads});
-  HostTensor lse = make_output(DType::kF32, {queries, heads});
-  SparsePrefillArgs args;
-  args.q = q->view();
-  args.kv = kv->view();
-  args.indices = indices->view();
-  args.topk_length = topk_length->view();
-  args.sink = sink->view();
-  args.softmax_scale = m.softmax_scale;
   args.d_v = m.d_v;
-  args.out = out.view();
-  args.max_logits = max_logits.view();
-  args.lse = lse.view();
-
-  report.shapes = {shape_line("q", *q), shape_line("kv", *kv), shape_line("indices", *indices)};
-  if (topk_length->present()) report.shapes.push_back(shape_line("topk_length", *topk_length));
-  if (sink->present()) report.shapes.push_back(shape_line("sink", *sink));
+  args.softmax_scale = m.softmax_scale;
+  args.out = load.output("out.npy", DType::kBF16, {queries, heads, m.d_v});
+  args.max_logits = load.output("max_logits.npy", DType::kF32, {queries, heads});
+  args.lse = load.output("lse.npy", DType::kF32, {queries, heads});
   std::vector<double> seconds;
   SMLA_RETURN_IF_ERROR(run_sparse_prefill(args, backend, 1, &seconds));
   report.seconds = seconds.front();
-  outputs.emplace_back("out.npy", std::move(out));
-  outputs.emplace_back("max_logits.npy", std::move(max_logits));
-  outputs.emplace_back("lse.npy", std::move(lse));
   return Status::Ok();
 }
 
@@ -289,17 +284,17 @@ Expected<ReplayReport> replay_case(const fs::path& case_dir, const fs::path& out
   ReplayReport report;
   report.op = manifest->op;
   report.backend = resolve_backend(backend);
-  Outputs outputs;
+  CaseLoader load(case_dir, *manifest, report);
   if (manifest->op == ReplayOp::kSparseDecode) {
-    SMLA_RETURN_IF_ERROR(replay_decode(case_dir, *manifest, backend, report, outputs));
+    SMLA_RETURN_IF_ERROR(replay_decode(*manifest, backend, load, report));
   } else {
-    SMLA_RETURN_IF_ERROR(replay_prefill(case_dir, *manifest, backend, report, outputs));
+    SMLA_RETURN_IF_ERROR(replay_prefill(*manifest, backend, load, report));
   }
   std::error_code error;
   fs::create_directories(out_dir, error);
   if (error) return invalid_argument(out_dir.string(), "a writable output directory", error.message());
-  for (const auto& [file, tensor] : outputs) {
-    SMLA_RETURN_IF_ERROR(write_tensor(out_dir / file, tensor.view()));
+  for (const auto& [file, view] : load.outputs()) {
+    SMLA_RETURN_IF_ERROR(write_tensor(out_dir / file, view));
     report.written.push_back(out_dir / file);
   }
   return report;

@@ -220,6 +220,31 @@ TEST(CpuSparseDecode, MatchesFloat64OracleForEveryFormat) {
   expect_decode_matches_oracle({16, KvFormat::kV4Fp8, 64, 0, 64, false, false});  // SWA-only layer
 }
 
+// One attended row and no sink: out is that row's value (probability 1), so
+// the vectorized dequantization must match the shared row codec bit for bit.
+TEST(CpuSparseDecode, SingleRowOutputIsTheExactlyDecodedRow) {
+  const std::uint64_t seed = testing::test_seed();
+  for (KvFormat format : {KvFormat::kV4Fp8, KvFormat::kV32Fp8, KvFormat::kBf16Rows, KvFormat::kFp8Rows}) {
+    SCOPED_TRACE(fmt::format("{} seed {}", kv_format_name(format), seed));
+    testkit::DecodeCaseOptions o = decode_options({3, format, 5, 0, 64, false, true}, seed);
+    o.main_topk = 1;
+    o.sink = false;
+    o.invalid_index_fraction = 0.0;
+    o.value_scale = 0.01;  // small values reach the e4m3 subnormal codes
+    testkit::DecodeCase c = testkit::make_decode_case(o);
+    const OracleOutputs want = oracle_decode(c.args());
+    for_each_simd_target([&] {
+      const SparseDecodeArgs args = c.args();
+      ASSERT_TRUE(testing::IsOk(sparse_decode(args, Backend::kCpu)));
+      const testkit::ErrorStats stats = testkit::compare_bf16(args.out, want.out.view());
+      EXPECT_EQ(stats.max_abs_err, 0.0) << stats.to_string();
+      EXPECT_EQ(stats.nan_mismatch, 0) << stats.to_string();
+      EXPECT_FALSE(stats.shape_mismatch);
+      EXPECT_GT(stats.count, 0);
+    });
+  }
+}
+
 TEST(CpuSparseDecode, PagedPrefillTokensMatchOracle) {
   DecodeConfig config{16, KvFormat::kV4Fp8, 64, 64, 16, true, false};
   config.s_q = 24;  // a prefill chunk: every token is its own row

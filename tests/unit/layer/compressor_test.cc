@@ -118,6 +118,10 @@ struct Variant {
   int length;
 };
 
+void PrintTo(const Variant& v, std::ostream* os) {
+  *os << "r" << v.ratio << (v.indexer ? " indexer " : " main ") << kv_format_name(v.format) << " len " << v.length;
+}
+
 class CompressorVariantTest : public ::testing::TestWithParam<Variant> {};
 
 // Chunked prefill split at every point leaves byte-identical caches.

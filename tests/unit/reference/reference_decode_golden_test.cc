@@ -92,6 +92,9 @@ std::vector<GoldenCase> golden_cases() {
   short_context.s_q = 3;
   short_context.extra_context = 7;
   cases.push_back({"short_context", short_context});
+  auto v32_extra = small(KvFormat::kV32Fp8);  // the contract allows an extra cache for any format
+  v32_extra.extra_topk = 12;
+  cases.push_back({"v32_fp8_with_extra_cache", v32_extra});
   auto no_sink = small(KvFormat::kV4Fp8);
   no_sink.sink = false;
   cases.push_back({"no_sink", no_sink});
