@@ -4,7 +4,8 @@
 # racecheck, initcheck) over them, then the GPU decode benchmark.
 #   scripts/gpu-check.sh [OUT_DIR]      (OUT_DIR defaults to $OUT, else ./gpu-check-out)
 # Environment: SMLA_CUDA_ARCHS (default 90a), SMLA_GPU_BENCH_ARGS (extra bench flags),
-# SMLA_SKIP_SANITIZER=1, SMLA_SKIP_BENCH=1, SMLA_GPU_DEPS=DIR (a folder of Debian .deb files
+# SMLA_SKIP_SANITIZER=1, SMLA_SKIP_BENCH=1, SMLA_GPU_PROFILE="LABEL B" (Nsight Compute on the
+# first attention launch of that bench case, e.g. "CONFIG2 128"), SMLA_GPU_DEPS=DIR (a folder of Debian .deb files
 # for the build dependencies the GPU machine lacks: they are unpacked under /tmp/smla-deps
 # and used from there, nothing is installed system-wide).
 set -uo pipefail
@@ -74,6 +75,16 @@ if [[ "${SMLA_SKIP_BENCH:-0}" != 1 ]]; then
   if ! build/gpu/bench/cuda/smla_bench_cuda --json "$out/gpu_bench.json" ${SMLA_GPU_BENCH_ARGS:-} 2>&1 | tee "$out/bench.log"; then
     status=1
   fi
+fi
+if [[ -n "${SMLA_GPU_PROFILE:-}" ]]; then
+  read -r profile_label profile_b <<<"$SMLA_GPU_PROFILE"
+  step "ncu on $profile_label b=$profile_b"
+  ncu_bin=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+  timeout 300 "$ncu_bin" -k regex:sparse_attention_kernel -c 1 --section SpeedOfLight --section WarpStateStats \
+    --section SchedulerStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section Occupancy \
+    build/gpu/bench/cuda/smla_bench_cuda --filter "$profile_label" --b "$profile_b" --runs 1 --warmup 0 \
+    --check-max-b 0 --json /dev/null >"$out/ncu.log" 2>&1 || status=1
+  grep -E "Duration|Throughput|Stall|Issue|Occupancy|Pipe|Bank|Registers|Shared Memory" "$out/ncu.log" | head -60
 fi
 step "done, status $status"
 exit $status

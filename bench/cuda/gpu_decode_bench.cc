@@ -8,7 +8,7 @@
 // throughput relative to the FlashMLA figure stored with the case. Cases with
 // b <= --check-max-b are also compared with the float64 reference backend.
 //
-//   smla_bench_cuda [--cases FILE] [--json OUT] [--runs N] [--warmup N] [--filter TEXT] [--check-max-b N]
+//   smla_bench_cuda [--cases FILE] [--json OUT] [--runs N] [--warmup N] [--filter TEXT] [--b N] [--check-max-b N]
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
@@ -47,6 +47,7 @@ struct Options {
   int warmup = 5;
   int check_max_b = 2;
   std::string filter;
+  std::int64_t only_b = 0;  // 0: every b
 };
 
 struct Case {
@@ -329,12 +330,14 @@ int main_impl(int argc, char** argv) {
       o.warmup = std::max(0, std::atoi(argv[++i]));
     } else if (arg == "--filter" && has_value) {
       o.filter = argv[++i];
+    } else if (arg == "--b" && has_value) {
+      o.only_b = std::atoll(argv[++i]);
     } else if (arg == "--check-max-b" && has_value) {
       o.check_max_b = std::atoi(argv[++i]);
     } else {
       std::fprintf(stderr,
                    "usage: smla_bench_cuda [--cases FILE] [--json OUT] [--runs N] [--warmup N] [--filter TEXT] "
-                   "[--check-max-b N]\nunknown or incomplete argument: %s\n",
+                   "[--b N] [--check-max-b N]\nunknown or incomplete argument: %s\n",
                    arg.c_str());
       return 2;
     }
@@ -353,6 +356,7 @@ int main_impl(int argc, char** argv) {
   std::uint64_t seed = 20261126;
   for (const Case& c : cases) {
     if (!o.filter.empty() && c.label.find(o.filter) == std::string::npos) continue;
+    if (o.only_b != 0 && c.b != o.only_b) continue;
     const nlohmann::json r = run_case(c, o, seed++);
     std::string check = "-";
     if (r.contains("check")) check = (r["check"]["out_pass"].get<bool>() && r["check"]["lse_pass"].get<bool>()) ? "pass" : "FAIL";

@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <array>
+#include <map>
 #include <mutex>
+#include <tuple>
 
 #include "src/cuda/sparse_attention_params.h"
 
@@ -43,6 +45,42 @@ Expected<DeviceInfo> current_device_info() {
   return info;
 }
 
+struct RingChoice {
+  int stages = 1;
+  int blocks_per_sm = 0;
+};
+
+// The ring depth that maximises raw KV tiles in flight per SM, (CTAs per SM) x
+// (stages); on a tie, more CTAs (they also hide each other's barriers). One stage
+// is the fallback for small shared memories (sm89, sm120): it issues the next tile
+// where two stages would, with one buffer. Depends only on the device and the
+// kernel variant, so it is computed once per pair.
+Expected<RingChoice> choose_ring(const AttentionVariant& variant, LoaderKind kind, int smem_optin) {
+  static std::mutex mutex;
+  static std::map<std::tuple<int, int, int>, RingChoice> cache;
+  int device = 0;
+  cudaError_t error = cudaGetDevice(&device);
+  if (error != cudaSuccess) return cuda_failure("cudaGetDevice", error);
+  const auto key = std::make_tuple(device, static_cast<int>(kind), variant.rows);
+  std::lock_guard<std::mutex> lock(mutex);
+  if (auto found = cache.find(key); found != cache.end()) return found->second;
+  RingChoice best;
+  int best_in_flight = 0;
+  for (int stages = 1; stages <= kMaxKvStages; ++stages) {
+    const int smem = variant.smem_bytes(stages);
+    if (smem > smem_optin) break;
+    int blocks = 0;
+    error = variant.blocks_per_sm(smem, &blocks);
+    if (error != cudaSuccess) return cuda_failure("occupancy query", error);
+    if (blocks * stages > best_in_flight || (blocks * stages == best_in_flight && blocks > best.blocks_per_sm)) {
+      best_in_flight = blocks * stages;
+      best = {stages, blocks};
+    }
+  }
+  cache.emplace(key, best);
+  return best;
+}
+
 std::size_t align_up(std::size_t bytes) { return (bytes + kWorkspaceAlign - 1) / kWorkspaceAlign * kWorkspaceAlign; }
 
 std::size_t partial_out_bytes(const AttentionPlan& plan, std::int64_t tokens, std::int64_t heads) {
@@ -73,31 +111,15 @@ Expected<AttentionPlan> plan_attention(LoaderKind kind, std::int64_t num_tokens,
                                        plan.variant.smem_bytes(1), device->smem_optin));
     }
   }
-  // The gathers are latency-bound random row reads, so what keeps HBM busy is
-  // the number of raw KV tiles in flight per SM: (CTAs per SM) x (ring depth).
-  // Take the ring depth that maximises it; on a tie, more CTAs (they also hide
-  // each other's barriers). One stage is the fallback for small shared memories
-  // (sm89, sm120): it issues the next tile where two stages would, with one buffer.
-  int best_in_flight = 0;
-  int best_blocks = 0;
-  for (int stages = 1; stages <= kMaxKvStages; ++stages) {
-    const int smem = plan.variant.smem_bytes(stages);
-    if (smem > device->smem_optin) break;
-    int blocks = 0;
-    const cudaError_t error = plan.variant.blocks_per_sm(smem, &blocks);
-    if (error != cudaSuccess) return cuda_failure("occupancy query", error);
-    if (blocks * stages > best_in_flight || (blocks * stages == best_in_flight && blocks > best_blocks)) {
-      best_in_flight = blocks * stages;
-      best_blocks = blocks;
-      plan.kv_stages = stages;
-    }
-  }
+  auto ring = choose_ring(plan.variant, kind, device->smem_optin);
+  if (!ring) return ring.status();
+  plan.kv_stages = ring->stages;
   plan.smem_bytes = plan.variant.smem_bytes(plan.kv_stages);
   plan.head_blocks = static_cast<int>((num_heads + rows - 1) / rows);
 
   // Split the keys only when the (token, head block) grid leaves SMs idle, and
   // never into more pieces than there are 32-key tiles.
-  const int blocks_per_sm = best_blocks;
+  const int blocks_per_sm = ring->blocks_per_sm;
   const std::int64_t slots = static_cast<std::int64_t>(device->sm_count) * std::max(blocks_per_sm, 1);
   const std::int64_t blocks = std::max<std::int64_t>(num_tokens * plan.head_blocks, 1);
   const std::int64_t tiles = std::max<std::int64_t>((num_keys + kKeysPerTile - 1) / kKeysPerTile, 1);

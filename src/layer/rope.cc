@@ -84,26 +84,35 @@ TensorView RopeTable::cos_sin() const {
   return TensorView::contiguous(const_cast<float*>(cos_sin_.data()), DType::kF32, {max_positions_, kRopeDim});
 }
 
-Status apply_rope(const RopeArgs& args, Backend backend) {
+namespace {
+
+Expected<layer_detail::RopeShape> validate_rope(const RopeArgs& args) {
   using namespace layer_detail;
-  auto fail = [](const Status& s) { return s.with_context("apply_rope: "); };
-  if (args.table == nullptr) return fail(invalid_argument("table", "a RopeTable", "nullptr"));
+  if (args.table == nullptr) return invalid_argument("table", "a RopeTable", "nullptr");
   const bool rank2 = args.x.rank == 2;
   SMLA_RETURN_IF_ERROR(rank2 ? check_tensor(args.x, "x", {DType::kF32}, {kAnyExtent, kAnyExtent})
                              : check_tensor(args.x, "x", {DType::kF32}, {kAnyExtent, kAnyExtent, kAnyExtent}));
   const std::int64_t dim = args.x.shape[static_cast<std::size_t>(args.x.rank - 1)];
   if (args.rope_offset < 0 || args.rope_offset + kRopeDim > dim) {
-    return fail(out_of_range("rope_offset", fmt::format("a value in [0, {}]", dim - kRopeDim),
-                             std::to_string(args.rope_offset)));
+    return out_of_range("rope_offset", fmt::format("a value in [0, {}]", dim - kRopeDim),
+                        std::to_string(args.rope_offset));
   }
   RopeShape shape;
   shape.tokens = args.x.shape[0];
   shape.heads = rank2 ? 1 : args.x.shape[1];
   shape.stride_token = args.x.stride[0];
   shape.stride_head = rank2 ? 0 : args.x.stride[1];
-  SMLA_RETURN_IF_ERROR(check_index_vector(args.positions, "positions", shape.tokens).with_context("apply_rope: "));
-  SMLA_RETURN_IF_ERROR(check_positions(args.positions, "positions", args.table->max_positions()).with_context("apply_rope: "));
-  return call_layer_op(backend, &LayerOps::apply_rope, "apply_rope", args, shape);
+  SMLA_RETURN_IF_ERROR(check_index_vector(args.positions, "positions", shape.tokens));
+  SMLA_RETURN_IF_ERROR(check_positions(args.positions, "positions", args.table->max_positions()));
+  return shape;
+}
+
+}  // namespace
+
+Status apply_rope(const RopeArgs& args, Backend backend) {
+  auto shape = validate_rope(args);
+  if (!shape) return shape.status().with_context("apply_rope: ");
+  return layer_detail::call_layer_op(backend, &layer_detail::LayerOps::apply_rope, "apply_rope", args, *shape);
 }
 
 }  // namespace smla

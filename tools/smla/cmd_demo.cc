@@ -153,6 +153,8 @@ int run_demo(const DemoOptions& opt) {
       }
     }
     if (batch.empty()) break;
+    // Short final prefill chunks (<= 2 tokens) count as decodes: keep them in front.
+    std::stable_partition(batch.begin(), batch.end(), [](const StepEntry& e) { return e.query_len <= 2; });
     const std::int64_t T = step_prefill + step_decode;
     std::vector<float> x(static_cast<std::size_t>(T * hidden)), out(x.size());
     for (float& v : x) v = uniform(rng);

@@ -173,7 +173,7 @@ Status gather_prefill_chunk(const BatchDescription& batch, const StepConfig& con
     }
     // Validate the window gather too before the first write, so an error leaves `out` untouched.
     SMLA_RETURN_IF_ERROR(validate_gather(swa_cache, window_jobs, compressed_rows, out, "batch.swa_block_table")
-                             .with_context("swa_cache"));
+                             .with_context("swa_cache: "));
     SMLA_RETURN_IF_ERROR(gather_jobs(compressed_cache, compressed_jobs, 0, out, "compressed block table"));
   }
   return gather_jobs(swa_cache, window_jobs, compressed_rows, out, "batch.swa_block_table");

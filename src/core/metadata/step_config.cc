@@ -46,25 +46,25 @@ Status check_range(std::string_view name, std::int64_t value, std::int64_t lo, s
 Status validate_step_config(const StepConfig& c) {
   // Bounds keep every slot, index and workspace offset inside i32.
   constexpr std::int64_t kMaxLen = std::int64_t{1} << 28;
-  SMLA_RETURN_IF_ERROR(check_range("config.window", c.window, 1, 1 << 16).with_context("step config"));
-  SMLA_RETURN_IF_ERROR(check_range("config.max_model_len", c.max_model_len, 1, kMaxLen).with_context("step config"));
+  SMLA_RETURN_IF_ERROR(check_range("config.window", c.window, 1, 1 << 16).with_context("step config: "));
+  SMLA_RETURN_IF_ERROR(check_range("config.max_model_len", c.max_model_len, 1, kMaxLen).with_context("step config: "));
   SMLA_RETURN_IF_ERROR(
-      check_range("config.max_num_batched_tokens", c.max_num_batched_tokens, 1, 1 << 24).with_context("step config"));
-  SMLA_RETURN_IF_ERROR(check_range("config.index_topk", c.index_topk, 1, 1 << 16).with_context("step config"));
+      check_range("config.max_num_batched_tokens", c.max_num_batched_tokens, 1, 1 << 24).with_context("step config: "));
+  SMLA_RETURN_IF_ERROR(check_range("config.index_topk", c.index_topk, 1, 1 << 16).with_context("step config: "));
   SMLA_RETURN_IF_ERROR(
-      check_range("config.num_speculative_tokens", c.num_speculative_tokens, 0, 64).with_context("step config"));
+      check_range("config.num_speculative_tokens", c.num_speculative_tokens, 0, 64).with_context("step config: "));
   SMLA_RETURN_IF_ERROR(
-      check_range("config.prefill_chunk_size", c.prefill_chunk_size, 1, 1 << 16).with_context("step config"));
-  SMLA_RETURN_IF_ERROR(check_range("config.swa_page_size", c.swa_page_size, 1, 1 << 16).with_context("step config"));
+      check_range("config.prefill_chunk_size", c.prefill_chunk_size, 1, 1 << 16).with_context("step config: "));
+  SMLA_RETURN_IF_ERROR(check_range("config.swa_page_size", c.swa_page_size, 1, 1 << 16).with_context("step config: "));
   SMLA_RETURN_IF_ERROR(
-      check_range("config.logical_block_size", c.logical_block_size, 128, 1 << 16).with_context("step config"));
+      check_range("config.logical_block_size", c.logical_block_size, 128, 1 << 16).with_context("step config: "));
   if (c.logical_block_size % 128 != 0) {
     return invalid_argument("config.logical_block_size", "a multiple of 128 (every ratio divides it)",
                             std::to_string(c.logical_block_size))
-        .with_context("step config");
+        .with_context("step config: ");
   }
   SMLA_RETURN_IF_ERROR(
-      check_range("config.c128a_active_width", c.c128a_active_width, 0, c128a_width(c)).with_context("step config"));
+      check_range("config.c128a_active_width", c.c128a_active_width, 0, c128a_width(c)).with_context("step config: "));
   return Status::Ok();
 }
 

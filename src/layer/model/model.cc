@@ -436,23 +436,39 @@ Status Model::Impl::run_layer(int l, const StepMetadata& meta, const std::vector
                            true,
                            view_of(local, DType::kI32, {T, extra_width})};
       SMLA_RETURN_IF_ERROR(indexer_topk(topk, backend));
+      extra_indices.assign(static_cast<std::size_t>(T * extra_width), -1);
+      extra_lens.assign(static_cast<std::size_t>(T), 0);
+      SMLA_RETURN_IF_ERROR(c4a_global_topk_indices(
+          view_of(local, DType::kI32, {T, extra_width}), token_to_req,
+          TensorView::contiguous(const_cast<std::uint8_t*>(meta.is_valid_token.data()), DType::kU8, {T}),
+          TensorView::contiguous(const_cast<std::int32_t*>(c4_table.data()), DType::kI32, {table_rows, c4_cols}),
+          block_size, view_of(extra_indices, DType::kI32, {T, extra_width}), view_of(extra_lens, DType::kI32, {T})));
     } else {
+      // C128A attends every entry: decode rows come global from the metadata;
+      // prefill rows are local (0..n-1) and go through the ratio-128 table.
       extra_width = c128a_width(step_config);
-      local.assign(static_cast<std::size_t>(T * extra_width), -1);
-      for (std::int64_t t = 0; t < T; ++t) {
-        const std::int64_t n = std::min((meta.positions[static_cast<std::size_t>(t)] + 1) / ratio, extra_width);
-        for (std::int64_t j = 0; j < n; ++j) local[static_cast<std::size_t>(t * extra_width + j)] = static_cast<std::int32_t>(j);
+      const std::int64_t decode_rows = meta.counts().num_decode_tokens;
+      const std::int64_t prefill_rows = meta.counts().num_prefill_tokens;
+      extra_indices.assign(static_cast<std::size_t>(T * extra_width), -1);
+      extra_lens.assign(static_cast<std::size_t>(T), 0);
+      std::copy_n(meta.c128a_decode_indices.begin(), decode_rows * extra_width, extra_indices.begin());
+      std::copy_n(meta.c128a_decode_lens.begin(), decode_rows, extra_lens.begin());
+      if (prefill_rows > 0) {
+        auto rows = [&](const void* base, DType dtype, std::int64_t width) {
+          const std::int64_t elem = static_cast<std::int64_t>(dtype_size(dtype));
+          auto* p = static_cast<std::uint8_t*>(const_cast<void*>(base)) + decode_rows * std::max<std::int64_t>(width, 1) * elem;
+          return width == 0 ? TensorView::contiguous(p, dtype, {prefill_rows})
+                            : TensorView::contiguous(p, dtype, {prefill_rows, width});
+        };
+        SMLA_RETURN_IF_ERROR(c4a_global_topk_indices(
+            TensorView::contiguous(const_cast<std::int32_t*>(meta.c128a_prefill_indices.data()), DType::kI32,
+                                   {prefill_rows, extra_width}),
+            rows(meta.token_to_req.data(), DType::kI32, 0), rows(meta.is_valid_token.data(), DType::kU8, 0),
+            TensorView::contiguous(const_cast<std::int32_t*>(c128_table.data()), DType::kI32, {table_rows, c128_cols}),
+            block_size, rows(extra_indices.data(), DType::kI32, extra_width),
+            rows(extra_lens.data(), DType::kI32, 0)));
       }
     }
-    extra_indices.assign(static_cast<std::size_t>(T * extra_width), -1);
-    extra_lens.assign(static_cast<std::size_t>(T), 0);
-    const auto& table = ratio == 4 ? c4_table : c128_table;
-    SMLA_RETURN_IF_ERROR(c4a_global_topk_indices(
-        view_of(local, DType::kI32, {T, extra_width}), token_to_req,
-        TensorView::contiguous(const_cast<std::uint8_t*>(meta.is_valid_token.data()), DType::kU8, {T}),
-        TensorView::contiguous(const_cast<std::int32_t*>(table.data()), DType::kI32,
-                               {table_rows, ratio == 4 ? c4_cols : c128_cols}),
-        block_size, view_of(extra_indices, DType::kI32, {T, extra_width}), view_of(extra_lens, DType::kI32, {T})));
   }
   stats.indexer_s += seconds_since(start);
 

@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <tuple>
 
 #include "smla/model.h"
 #include "tests/common/test_common.h"
@@ -112,6 +114,40 @@ TEST(ModelTest, MtpDecodeStepsAgreeWithTheReference) {
   EXPECT_LE(model->kv_cache_bytes_used(), model->kv_cache_bytes_reserved());
   EXPECT_TRUE(IsOk(model->finish_request(*a)));
   EXPECT_EQ(model->seq_len(*a), -1);
+}
+
+// The whole stack on the float64 reference backend against the f32 CPU backend.
+// 60 tokens keep the C4A layer on the short-context path (15 entries <= 16), so
+// both backends attend the same entries; the ops tests compare the indexer.
+TEST(ModelTest, ReferenceAndCpuBackendsAgree) {
+  const auto seed = testing::test_seed();
+  SMLA_SEED_TRACE(seed);
+  auto cpu = tiny_model(seed);
+  auto ref = tiny_model(seed);
+  ASSERT_TRUE(cpu && ref);
+  const int hidden = cpu->config().hidden;
+  auto x = prompt(60, hidden, seed + 3);
+  std::vector<float> out_cpu(x.size(), layer_test::kNaN), out_ref(x.size(), layer_test::kNaN);
+  StepStats stats;
+  for (auto [model, out, backend] : {std::tuple{cpu.get(), &out_cpu, Backend::kCpu},
+                                     std::tuple{ref.get(), &out_ref, Backend::kReference}}) {
+    auto id = model->add_request();
+    ASSERT_TRUE(id.ok());
+    ASSERT_TRUE(IsOk(model->step({{*id, 60}}, TensorView::contiguous(x.data(), DType::kF32, {60, hidden}),
+                                 TensorView::contiguous(out->data(), DType::kF32, {60, hidden}), backend, false,
+                                 &stats)));
+  }
+  double max_err = 0.0;
+  for (std::size_t i = 0; i < x.size(); ++i) max_err = std::max(max_err, std::fabs(double{out_cpu[i]} - out_ref[i]));
+  EXPECT_LT(max_err, 0.05);  // normalized hidden states; bf16 roundings of q, kv and o differ by an ulp at most
+
+  auto cuda = tiny_model(seed);
+  auto id = cuda->add_request();
+  ASSERT_TRUE(id.ok());
+  EXPECT_TRUE(FailsWith(cuda->step({{*id, 60}}, TensorView::contiguous(x.data(), DType::kF32, {60, hidden}),
+                                   TensorView::contiguous(out_cpu.data(), DType::kF32, {60, hidden}), Backend::kCuda,
+                                   false, &stats),
+                        StatusCode::kUnimplemented, {"cuda"}));
 }
 
 TEST(ModelTest, RejectsBadBatches) {
