@@ -12,7 +12,7 @@
 //
 // All tensors live on the current CUDA device (TensorView::device.kind ==
 // DeviceKind::kCuda). `stream` is a cudaStream_t (nullptr = the legacy default
-// stream). These functions exist only in builds with the CUDA backend.
+// stream). In builds without the CUDA backend they return Unimplemented.
 // Semantics are those of smla::sparse_decode / smla::sparse_prefill
 // (smla/attention.h).
 #pragma once

@@ -81,8 +81,8 @@ struct BatchDescription {
   TensorView token_valid;        // [T] u8, may be absent: 0 marks a padding token (slot -1) inside a
                                  //   request; trailing tokens beyond sum(query_lens) are always padding
   TensorView swa_block_table;    // [R, >= cdiv(seq_len, 64)] i32: sliding-window group, 64-token pages
-  TensorView c4_block_table;     // [R, >= cdiv(seq_len, 256)] i32, may be absent: ratio-4 group
-  TensorView c128_block_table;   // [R, >= cdiv(seq_len, 256)] i32, may be absent: ratio-128 group
+  TensorView c4_block_table;     // [R, >= cdiv(seq_len / 4, 64)] i32, may be absent: ratio-4 group
+  TensorView c128_block_table;   // [R, >= cdiv(seq_len / 128, 2)] i32, may be absent: ratio-128 group
 };
 
 // Scalars of a step (spec 3.1).

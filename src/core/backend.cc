@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "smla/cuda.h"
 #include "src/core/backend_ops.h"
 
 namespace smla {
@@ -60,4 +61,17 @@ const BackendOps* cuda_backend_ops() { return nullptr; }
 #endif
 
 }  // namespace detail
+
+#if !defined(SMLA_HAS_CUDA)
+// Builds without nvcc keep the CUDA entry points so programs link and get a clear error.
+namespace {
+Status cuda_not_built() { return unimplemented("the CUDA backend was not built (nvcc not found or SMLA_ENABLE_CUDA=OFF)"); }
+}  // namespace
+
+Expected<std::size_t> cuda_sparse_decode_workspace_size(const SparseDecodeArgs&) { return cuda_not_built(); }
+Status cuda_sparse_decode(const SparseDecodeArgs&, void*, std::size_t, void*) { return cuda_not_built(); }
+Expected<std::size_t> cuda_sparse_prefill_workspace_size(const SparsePrefillArgs&) { return cuda_not_built(); }
+Status cuda_sparse_prefill(const SparsePrefillArgs&, void*, std::size_t, void*) { return cuda_not_built(); }
+#endif
+
 }  // namespace smla

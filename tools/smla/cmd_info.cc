@@ -8,6 +8,7 @@
 
 #include "smla/backend.h"
 #include "smla/kv_format.h"
+#include "smla/version.h"
 #include "tools/smla/commands.h"
 
 namespace smla::cli {
@@ -50,14 +51,14 @@ nlohmann::json info_json() {
   for (Backend backend : kBackends) {
     backends.push_back({{"name", backend_name(backend)}, {"available", backend_available(backend)}});
   }
-  return {{"version", SMLA_VERSION},
+  return {{"version", smla::version()},
           {"formats", formats},
           {"backends", backends},
           {"auto_backend", backend_name(resolve_backend(Backend::kAuto))}};
 }
 
 void print_info_text() {
-  fmt::print("smla {}\n\nKV formats:\n", SMLA_VERSION);
+  fmt::print("smla {}\n\nKV formats:\n", smla::version());
   fmt::print("  {:<10} {:>8} {:>9} {:>11} {:>13} {:>12} {:>9}\n", "format", "head_dim", "value_dim", "bytes/token",
              "page B @64", "page B @2", "storage");
   for (KvFormat format : kFormats) {

@@ -75,18 +75,22 @@ TEST(MetadataGather, PrefillChunkWorkspaceMatchesCodec) {
     opt.max_prefix = 400;
     opt.allow_padding = false;
     HostBatch b = random_batch(rng, c, opt);
-    b.has_c4 = true;
-    for (int ratio : {1, 4}) {
+    b.has_c4 = b.has_c128 = true;
+    for (int ratio : {1, 4, 128}) {
+      // The compressed group of the layer: ratio-4 pages hold 64 entries, ratio-128 pages 2.
+      const long cpage = ratio > 1 ? 256 / ratio : 64;
+      const HostTable& ctable = ratio == 128 ? b.c128 : b.c4;
+      const long cr = ratio > 1 ? ratio : 4;
       auto plan = prefill_chunk_plan(b.desc(), c, ratio, ChunkPolicy::kFixed);
       ASSERT_TRUE(plan.ok()) << plan.status().to_string();
       // fill_permuted_table numbers the needed pages 0..total-1.
       long swa_pages = 0, comp_pages = 0;
       for (auto s : b.seq_lens) {
         swa_pages += (s + 63) / 64;
-        comp_pages += (s / 4 + 63) / 64;
+        comp_pages += (s / cr + cpage - 1) / cpage;
       }
       V4Cache swa(swa_pages + 1, 64, rng);
-      V4Cache comp(comp_pages + 1, 64, rng);
+      V4Cache comp(comp_pages + 1, cpage, rng);
       for (const PrefillChunk& ch : *plan) {
         const long reqs = ch.req_end - ch.req_begin, m = ch.workspace_rows + 2;
         // Poison every slot outside what this chunk reads.
@@ -94,17 +98,17 @@ TEST(MetadataGather, PrefillChunkWorkspaceMatchesCodec) {
         swa_c.view.pages.data = swa_c.bytes.data();
         comp_c.view.pages.data = comp_c.bytes.data();
         std::vector<char> swa_read(static_cast<std::size_t>(swa_c.pages * 64), 0),
-            comp_read(static_cast<std::size_t>(comp_c.pages * 64), 0);
+            comp_read(static_cast<std::size_t>(comp_c.pages * cpage), 0);
         for (long r = ch.req_begin; r < ch.req_end; ++r) {
           const long q = b.query_lens[static_cast<std::size_t>(r)], s = b.seq_lens[static_cast<std::size_t>(r)];
           const long g = q + std::min<long>(s - q, c.window - 1);
           for (long p = s - g; p < s; ++p) swa_read[static_cast<std::size_t>(slot_of(b.swa, r, 64, p))] = 1;
-          for (long x = 0; ratio == 4 && x < s / 4; ++x)
-            comp_read[static_cast<std::size_t>(slot_of(b.c4, r, 64, x))] = 1;
+          for (long x = 0; ratio > 1 && x < s / ratio; ++x)
+            comp_read[static_cast<std::size_t>(slot_of(ctable, r, cpage, x))] = 1;
         }
         for (long s = 0; s < swa_c.pages * 64; ++s)
           if (!swa_read[static_cast<std::size_t>(s)]) swa_c.poison(s);
-        for (long s = 0; s < comp_c.pages * 64; ++s)
+        for (long s = 0; s < comp_c.pages * cpage; ++s)
           if (!comp_read[static_cast<std::size_t>(s)]) comp_c.poison(s);
         std::vector<std::uint16_t> ws(static_cast<std::size_t>(reqs * m * 512), kPoison);
         Status st = gather_prefill_chunk(b.desc(), c, ratio, ch, ch.compressed_rows, swa_c.view, comp_c.view,
@@ -114,10 +118,10 @@ TEST(MetadataGather, PrefillChunkWorkspaceMatchesCodec) {
           const long bi = r - ch.req_begin;
           const long q = b.query_lens[static_cast<std::size_t>(r)], s = b.seq_lens[static_cast<std::size_t>(r)];
           const long g = q + std::min<long>(s - q, c.window - 1);
-          const long n = ratio == 4 ? s / 4 : 0;
+          const long n = ratio > 1 ? s / ratio : 0;
           for (long x = 0; x < m; ++x) {
             std::vector<std::uint16_t> expect(512, kPoison);
-            if (x < n) expect = comp_c.row(slot_of(b.c4, r, 64, x));
+            if (x < n) expect = comp_c.row(slot_of(ctable, r, cpage, x));
             const long y = x - ch.compressed_rows;
             if (y >= 0 && y < g) expect = swa_c.row(slot_of(b.swa, r, 64, s - g + y));
             const std::uint16_t* got = ws.data() + (bi * m + x) * 512;
