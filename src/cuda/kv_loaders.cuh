@@ -40,16 +40,19 @@ __device__ __forceinline__ uint2 e4m3x4_to_bf16x4(std::uint32_t codes, float sca
   return result;
 }
 
-// 16 e4m3 codes at `raw` (16-byte aligned, shared) -> 16 bf16 at `dst` (shared).
-__device__ __forceinline__ void dequant_16(const std::uint8_t* raw, __nv_bfloat16* dst, float scale) {
-  const uint4 codes = *reinterpret_cast<const uint4*>(raw);
-  const uint2 v0 = e4m3x4_to_bf16x4(codes.x, scale);
-  const uint2 v1 = e4m3x4_to_bf16x4(codes.y, scale);
-  const uint2 v2 = e4m3x4_to_bf16x4(codes.z, scale);
-  const uint2 v3 = e4m3x4_to_bf16x4(codes.w, scale);
-  reinterpret_cast<uint4*>(dst)[0] = make_uint4(v0.x, v0.y, v1.x, v1.y);
-  reinterpret_cast<uint4*>(dst)[1] = make_uint4(v2.x, v2.y, v3.x, v3.y);
+// 8 e4m3 codes at `raw` (8-byte aligned, shared) -> 8 bf16 at `dst` (16-byte aligned, shared).
+// The FP8 loaders hand a key's threads interleaved 8-value chunks (chunk = part + 8 j):
+// each 8-thread phase then reads 64 consecutive raw bytes and writes 128 consecutive
+// K-row bytes, free of bank conflicts. (Contiguous 64-value runs per thread put the
+// 8 threads' 16-byte stores in one bank group: 8-way conflicts on every store.)
+__device__ __forceinline__ void dequant_8(const std::uint8_t* raw, __nv_bfloat16* dst, float scale) {
+  const uint2 codes = *reinterpret_cast<const uint2*>(raw);
+  const uint2 lo = e4m3x4_to_bf16x4(codes.x, scale);
+  const uint2 hi = e4m3x4_to_bf16x4(codes.y, scale);
+  *reinterpret_cast<uint4*>(dst) = make_uint4(lo.x, lo.y, hi.x, hi.y);
 }
+
+inline constexpr int kValuesPerChunk = 8;
 
 // DeepSeek-V4 FP8: 448 e4m3 NoPE + 64 bf16 RoPE in the data row, 7 UE8M0 scales
 // in the page's scale rows. Raw staging: data row, then the 8 scale bytes.
@@ -59,8 +62,9 @@ struct V4Fp8Loader {
   static constexpr int kScaleStage = Format::kDataBytes;  // where the scale bytes land in the staging row
   static constexpr int kRawStride = round_up_16(Format::kDataBytes + Format::kScaleBytes);
   static_assert(Format::kDataBytes % 16 == 0 && Format::kScaleBytes == 8);
-  static_assert(Format::kNumTiles < kThreadsPerKey, "one thread per scale tile, the last one copies RoPE");
-  static_assert(Format::kTile % 16 == 0 && Format::kRopeDim * 2 == 128);
+  static constexpr int kChunksPerThread = Format::kNopeDim / kValuesPerChunk / kThreadsPerKey;
+  static_assert(Format::kNopeDim % (kValuesPerChunk * kThreadsPerKey) == 0 && Format::kTile % kValuesPerChunk == 0);
+  static_assert(Format::kRopeDim * 2 == 16 * kThreadsPerKey, "one RoPE chunk per thread");
 
   __device__ static void issue(std::uint8_t* raw, const KvSourceParams& src, std::uint32_t slot, int part) {
     std::uint32_t entry = 0;
@@ -73,15 +77,13 @@ struct V4Fp8Loader {
   }
 
   __device__ static void dequant(const std::uint8_t* raw, __nv_bfloat16* krow, int part, float /*fp8_scale*/) {
-    if (part < Format::kNumTiles) {
-      const float scale = ue8m0_to_f32(raw[kScaleStage + part]);
-      const int first = part * Format::kTile;
-      for (int i = 0; i < Format::kTile; i += 16) dequant_16(raw + first + i, krow + first + i, scale);
-    } else {
-      const uint4* rope = reinterpret_cast<const uint4*>(raw + Format::rope_offset(0, 0));
-      uint4* dst = reinterpret_cast<uint4*>(krow + Format::kNopeDim);
-      for (int i = 0; i < Format::kRopeDim * 2 / 16; ++i) dst[i] = rope[i];
+#pragma unroll
+    for (int j = 0; j < kChunksPerThread; ++j) {
+      const int first = (part + j * kThreadsPerKey) * kValuesPerChunk;
+      dequant_8(raw + first, krow + first, ue8m0_to_f32(raw[kScaleStage + first / Format::kTile]));
     }
+    reinterpret_cast<uint4*>(krow + Format::kNopeDim)[part] =
+        reinterpret_cast<const uint4*>(raw + Format::rope_offset(0, 0))[part];
   }
 };
 
@@ -90,8 +92,9 @@ struct V32Fp8Loader {
   using Format = V32Fp8Format;
   static constexpr int kHeadDim = Format::kHeadDim;
   static constexpr int kRawStride = round_up_16(Format::kBytesPerToken);
-  static constexpr int kNopePerThread = Format::kNopeDim / kThreadsPerKey;
-  static_assert(Format::kBytesPerToken % 16 == 0 && Format::kTile % kNopePerThread == 0);
+  static constexpr int kChunksPerThread = Format::kNopeDim / kValuesPerChunk / kThreadsPerKey;
+  static_assert(Format::kBytesPerToken % 16 == 0 && Format::kTile % kValuesPerChunk == 0);
+  static_assert(Format::kNopeDim % (kValuesPerChunk * kThreadsPerKey) == 0);
   static_assert(Format::kRopeDim * 2 == 16 * kThreadsPerKey, "one RoPE chunk per thread");
 
   __device__ static void issue(std::uint8_t* raw, const KvSourceParams& src, std::uint32_t slot, int part) {
@@ -103,10 +106,12 @@ struct V32Fp8Loader {
   }
 
   __device__ static void dequant(const std::uint8_t* raw, __nv_bfloat16* krow, int part, float /*fp8_scale*/) {
-    const int first = part * kNopePerThread;
-    const int scale_at = static_cast<int>(Format::scale_offset(0, 0)) + 4 * (first / Format::kTile);
-    const float scale = *reinterpret_cast<const float*>(raw + scale_at);
-    for (int i = 0; i < kNopePerThread; i += 16) dequant_16(raw + first + i, krow + first + i, scale);
+    const float* scales = reinterpret_cast<const float*>(raw + Format::scale_offset(0, 0));
+#pragma unroll
+    for (int j = 0; j < kChunksPerThread; ++j) {
+      const int first = (part + j * kThreadsPerKey) * kValuesPerChunk;
+      dequant_8(raw + first, krow + first, scales[first / Format::kTile]);
+    }
     const int rope_at = static_cast<int>(Format::rope_offset(0, 0));
     reinterpret_cast<uint4*>(krow + Format::kNopeDim)[part] = reinterpret_cast<const uint4*>(raw + rope_at)[part];
   }
@@ -140,7 +145,8 @@ struct Fp8RowLoader {
   using Format = Fp8RowsFormat;
   static constexpr int kHeadDim = Format::kHeadDim;
   static constexpr int kRawStride = Format::kBytesPerToken;
-  static constexpr int kPerThread = Format::kHeadDim / kThreadsPerKey;
+  static constexpr int kChunksPerThread = Format::kHeadDim / kValuesPerChunk / kThreadsPerKey;
+  static_assert(Format::kHeadDim % (kValuesPerChunk * kThreadsPerKey) == 0);
 
   __device__ static void issue(std::uint8_t* raw, const KvSourceParams& src, std::uint32_t slot, int part) {
     std::uint32_t entry = 0;
@@ -151,8 +157,11 @@ struct Fp8RowLoader {
   }
 
   __device__ static void dequant(const std::uint8_t* raw, __nv_bfloat16* krow, int part, float fp8_scale) {
-    const int first = part * kPerThread;
-    for (int i = 0; i < kPerThread; i += 16) dequant_16(raw + first + i, krow + first + i, fp8_scale);
+#pragma unroll
+    for (int j = 0; j < kChunksPerThread; ++j) {
+      const int first = (part + j * kThreadsPerKey) * kValuesPerChunk;
+      dequant_8(raw + first, krow + first, fp8_scale);
+    }
   }
 };
 

@@ -8,9 +8,9 @@
 // and never dereferenced. Per 32-key tile:
 //   1. the raw rows (copied by cp.async one to three tiles earlier, in a ring of
 //      p.kv_stages buffers) are expanded to bf16 K rows in shared memory, 8
-//      threads per key;
-//   2. S = Q K^T with mma.sync m16n8k16 (the head-dim reduction is split across
-//      warps when kRows < 64 so all 8 warps stay busy);
+//      threads per key on interleaved 8-value chunks (no bank conflicts);
+//   2. S = Q K^T with mma.sync m16n8k16, each warp a (32 or 16 rows x 16 keys)
+//      block over a slice of d_qk (the slices' partial sums meet in the softmax);
 //   3. online softmax in the exp2 domain, one row per 256/kRows threads;
 //   4. O += P V, each warp owning 64 of the 512 value columns for all rows
 //      (V is the first 512 dims of the same K rows).
@@ -39,7 +39,10 @@ struct AttentionConfig {
   static constexpr int kPStride = kKeys + 8;    // bf16 elements
   static constexpr int kSStride = kKeys + 4;    // floats
   static constexpr int kMTiles = kRows / 16;
-  static constexpr int kQkUnits = kMTiles * (kKeys / 16);  // (16-row tile, 16-key pair) blocks of S
+  // S is computed in (kQkRowTiles x 16 rows, 16 keys) blocks, one per warp and d_qk slice:
+  // two row tiles share each K fragment, so a QK step loads 3 fragments for 4 MMAs, not 4.
+  static constexpr int kQkRowTiles = kMTiles >= 2 ? 2 : 1;
+  static constexpr int kQkUnits = kMTiles / kQkRowTiles * (kKeys / 16);
   static constexpr int kDSplit = kWarps / kQkUnits;        // warps sharing one block, each a slice of d_qk
   static constexpr int kThreadsPerRow = kAttentionThreads / kRows;
   static constexpr int kKeysPerThread = kKeys / kThreadsPerRow;
@@ -64,7 +67,10 @@ struct AttentionConfig {
   static constexpr int kFlagOffset = kValidOffset + kKeys * 4;     // [kMaxKvStages][kKeys] loaded | source << 1
   static constexpr int kRawOffset = (kFlagOffset + kMaxKvStages * kKeys * 4 + 15) / 16 * 16;  // then the raw ring
   static_assert(kSOffset % 16 == 0 && kPOffset % 16 == 0 && kRawStageBytes % 16 == 0);
-  static constexpr int smem_bytes(int stages) { return kRawOffset + stages * kRawStageBytes; }
+  // The raw ring, then (with two K buffers) the second K tile.
+  static constexpr int smem_bytes(int stages, int k_buffers) {
+    return kRawOffset + stages * kRawStageBytes + (k_buffers - 1) * kKBytes;
+  }
 };
 
 __device__ __forceinline__ int clamped_length(const KvSourceParams& src, int token) {
@@ -226,72 +232,82 @@ __global__ void __launch_bounds__(kAttentionThreads, 1)
 
   const int qk_unit = warp % Cfg::kQkUnits;
   const int qk_dpart = warp / Cfg::kQkUnits;
-  const int qk_mtile = qk_unit / (Cfg::kKeys / 16);
+  const int qk_mtile = qk_unit / (Cfg::kKeys / 16) * Cfg::kQkRowTiles;  // first of the block's row tiles
   const int qk_keypair = qk_unit % (Cfg::kKeys / 16);
   constexpr int kStepsPerPart = Cfg::kDim / 16 / Cfg::kDSplit;
 
-  for (int tile = 0; tile < num_tiles; ++tile) {
-    cp_async_wait_pending(lead - 1);  // this tile's group has landed
-    __syncthreads();  // ... for every thread; previous tile's PV finished with k_s and p_s
-
-    {
-      const int stage = tile % stages;
-      const int flag = flag_s[stage * Cfg::kKeys + my_key];
-      __nv_bfloat16* krow = k_s + my_key * Cfg::kRowStride;
-      if (my_part == 0) valid_s[my_key] = flag & 1;
-      if (flag & 1) {
-        const float fp8_scale = (flag >> 1) == 0 ? p.source[0].fp8_scale : p.source[1].fp8_scale;
-        Loader::dequant(raw_s + stage * Cfg::kRawStageBytes + my_key * Loader::kRawStride, krow, my_part, fp8_scale);
-      } else {  // zero rows keep NaN garbage out of P V (P is 0 there, but 0 * NaN is NaN)
-        for (int c = my_part; c < Cfg::kDim * 2 / 16; c += kThreadsPerKey) {
-          reinterpret_cast<uint4*>(krow)[c] = make_uint4(0, 0, 0, 0);
-        }
+  // Expands raw tile `tile` into `krow_base` and refills its ring stage. A key's
+  // raw row, flag and K row are touched only by its 8 threads, all in one warp,
+  // so warp barriers order them; block barriers publish the K tile.
+  auto expand_tile = [&](int tile, __nv_bfloat16* k_tile) {
+    cp_async_wait_pending(lead - 1);  // this thread's part of the tile has landed
+    __syncwarp();                     // ... and the other parts of its keys
+    const int stage = tile % stages;
+    const int flag = flag_s[stage * Cfg::kKeys + my_key];
+    __nv_bfloat16* krow = k_tile + my_key * Cfg::kRowStride;
+    if (my_part == 0) valid_s[my_key] = flag & 1;
+    if (flag & 1) {
+      const float fp8_scale = (flag >> 1) == 0 ? p.source[0].fp8_scale : p.source[1].fp8_scale;
+      Loader::dequant(raw_s + stage * Cfg::kRawStageBytes + my_key * Loader::kRawStride, krow, my_part, fp8_scale);
+    } else {  // zero rows keep NaN garbage out of P V (P is 0 there, but 0 * NaN is NaN)
+      for (int c = my_part; c < Cfg::kDim * 2 / 16; c += kThreadsPerKey) {
+        reinterpret_cast<uint4*>(krow)[c] = make_uint4(0, 0, 0, 0);
       }
     }
-    __syncthreads();  // K tile ready; its raw stage is free again
+    __syncwarp();  // the stage is read; refill it
+    const KeySlot key = upcoming;
+    upcoming = fetch_key(p, token, begin + (tile + lead + 1) * Cfg::kKeys + my_key, end, n_main);
+    issue_tile(tile + lead, key);
+  };
 
-    {
-      const KeySlot key = upcoming;
-      upcoming = fetch_key(p, token, begin + (tile + lead + 1) * Cfg::kKeys + my_key, end, n_main);
-      issue_tile(tile + lead, key);
-    }
+  // With two K buffers the expansion of tile t + 1 shares the P V phase of tile t
+  // (ALU and shared-memory work beside tensor-core work, one block barrier fewer).
+  const bool two_k_buffers = p.k_buffers > 1;
+  __nv_bfloat16* k_second = reinterpret_cast<__nv_bfloat16*>(raw_s + stages * Cfg::kRawStageBytes);
+  expand_tile(0, k_s);
 
-    // S = Q K^T for one (16 rows x 16 keys) block per warp, over this warp's slice of d_qk.
+  for (int tile = 0; tile < num_tiles; ++tile) {
+    const __nv_bfloat16* k_cur = two_k_buffers && (tile & 1) ? k_second : k_s;
+    __syncthreads();  // K tile and validity complete; previous P V finished with p_s
+
+    // S = Q K^T for one (kQkRowTiles x 16 rows, 16 keys) block per warp, over its slice of d_qk.
     {
-      // Two accumulator sets (even / odd k-steps) keep independent MMAs in flight.
-      float s_acc[2][2][4] = {};
+      // Independent accumulator sets keep at least 4 MMAs in flight per step.
+      constexpr int kChains = Cfg::kQkRowTiles == 1 ? 2 : 1;
+      float s_acc[kChains][Cfg::kQkRowTiles][2][4] = {};
       const __nv_bfloat16* a_base = q_s + (qk_mtile * 16 + lane % 16) * Cfg::kRowStride + (lane / 16) * 8;
       const __nv_bfloat16* b_base =
-          k_s + (qk_keypair * 16 + lane % 8 + (lane / 16) * 8) * Cfg::kRowStride + ((lane / 8) % 2) * 8;
+          k_cur + (qk_keypair * 16 + lane % 8 + (lane / 16) * 8) * Cfg::kRowStride + ((lane / 8) % 2) * 8;
       const int first_step = qk_dpart * kStepsPerPart;
-      const int last_step = first_step + kStepsPerPart;
-      auto qk_step = [&](int step, float (&c)[2][4]) {
-        std::uint32_t a[4];
+#pragma unroll
+      for (int i = 0; i < kStepsPerPart; ++i) {
+        const int step = first_step + i;
         std::uint32_t b[4];
-        ldmatrix_x4(a, a_base + step * 16);
         ldmatrix_x4(b, b_base + step * 16);
-        mma_bf16_16816(c[0], a, b[0], b[1]);
-        mma_bf16_16816(c[1], a, b[2], b[3]);
-      };
-      int step = first_step;
-#pragma unroll 4
-      for (; step + 1 < last_step; step += 2) {
-        qk_step(step, s_acc[0]);
-        qk_step(step + 1, s_acc[1]);
+#pragma unroll
+        for (int mt = 0; mt < Cfg::kQkRowTiles; ++mt) {
+          std::uint32_t a[4];
+          ldmatrix_x4(a, a_base + mt * 16 * Cfg::kRowStride + step * 16);
+          mma_bf16_16816(s_acc[i % kChains][mt][0], a, b[0], b[1]);
+          mma_bf16_16816(s_acc[i % kChains][mt][1], a, b[2], b[3]);
+        }
       }
-      if (step < last_step) qk_step(step, s_acc[0]);
-#pragma unroll
-      for (int j = 0; j < 2; ++j)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) s_acc[0][j][i] += s_acc[1][j][i];
       float* s_part = s_s + qk_dpart * kRows * Cfg::kSStride;
-      const int row = qk_mtile * 16 + lane / 4;
 #pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const int key = qk_keypair * 16 + j * 8 + 2 * (lane % 4);
-        *reinterpret_cast<float2*>(s_part + row * Cfg::kSStride + key) = make_float2(s_acc[0][j][0], s_acc[0][j][1]);
-        *reinterpret_cast<float2*>(s_part + (row + 8) * Cfg::kSStride + key) =
-            make_float2(s_acc[0][j][2], s_acc[0][j][3]);
+      for (int mt = 0; mt < Cfg::kQkRowTiles; ++mt) {
+        const int row = (qk_mtile + mt) * 16 + lane / 4;
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          float c[4];
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            c[i] = s_acc[0][mt][j][i];
+            if constexpr (kChains > 1) c[i] += s_acc[kChains - 1][mt][j][i];
+          }
+          const int key = qk_keypair * 16 + j * 8 + 2 * (lane % 4);
+          *reinterpret_cast<float2*>(s_part + row * Cfg::kSStride + key) = make_float2(c[0], c[1]);
+          *reinterpret_cast<float2*>(s_part + (row + 8) * Cfg::kSStride + key) = make_float2(c[2], c[3]);
+        }
       }
     }
     __syncthreads();  // S complete
@@ -302,7 +318,7 @@ __global__ void __launch_bounds__(kAttentionThreads, 1)
       float tile_max = -INFINITY;
 #pragma unroll
       for (int i = 0; i < Cfg::kKeysPerThread; ++i) {
-        const int key = softmax_sub * Cfg::kKeysPerThread + i;
+        const int key = i * Cfg::kThreadsPerRow + softmax_sub;  // interleaved: conflict-free reads of s_s
         float s = 0.0f;
 #pragma unroll
         for (int d = 0; d < Cfg::kDSplit; ++d) s += s_s[(d * kRows + softmax_row) * Cfg::kSStride + key];
@@ -321,7 +337,7 @@ __global__ void __launch_bounds__(kAttentionThreads, 1)
       for (int i = 0; i < Cfg::kKeysPerThread; ++i) {
         const float prob = exp2f(scores[i] - reference);
         tile_sum += prob;
-        p_s[softmax_row * Cfg::kPStride + softmax_sub * Cfg::kKeysPerThread + i] = __float2bfloat16_rn(prob);
+        p_s[softmax_row * Cfg::kPStride + i * Cfg::kThreadsPerRow + softmax_sub] = __float2bfloat16_rn(prob);
       }
 #pragma unroll
       for (int offset = Cfg::kThreadsPerRow / 2; offset > 0; offset /= 2) {
@@ -357,7 +373,7 @@ __global__ void __launch_bounds__(kAttentionThreads, 1)
 #pragma unroll
         for (int np = 0; np < 4; ++np) {
           std::uint32_t b[4];
-          ldmatrix_x4_trans(b, k_s + (kstep * 16 + lane % 8 + ((lane / 8) % 2) * 8) * Cfg::kRowStride + warp * 64 +
+          ldmatrix_x4_trans(b, k_cur + (kstep * 16 + lane % 8 + ((lane / 8) % 2) * 8) * Cfg::kRowStride + warp * 64 +
                                    np * 16 + (lane / 16) * 8);
 #pragma unroll
           for (int mt = 0; mt < Cfg::kMTiles; ++mt) {
@@ -366,6 +382,11 @@ __global__ void __launch_bounds__(kAttentionThreads, 1)
           }
         }
       }
+    }
+
+    if (tile + 1 < num_tiles) {
+      if (!two_k_buffers) __syncthreads();  // every warp is done with the one K buffer
+      expand_tile(tile + 1, two_k_buffers && !(tile & 1) ? k_second : k_s);
     }
   }
   cp_async_wait_all();
