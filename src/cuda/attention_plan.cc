@@ -47,14 +47,17 @@ Expected<DeviceInfo> current_device_info() {
 
 struct RingChoice {
   int stages = 1;
+  int k_buffers = 1;
   int blocks_per_sm = 0;
 };
 
-// The ring depth that maximises raw KV tiles in flight per SM, (CTAs per SM) x
-// (stages); on a tie, more CTAs (they also hide each other's barriers). One stage
-// is the fallback for small shared memories (sm89, sm120): it issues the next tile
-// where two stages would, with one buffer. Depends only on the device and the
-// kernel variant, so it is computed once per pair.
+// The shared-memory layout of a kernel variant on this device, chosen by, in
+// order: more CTAs per SM (they hide each other's barriers), a second K tile
+// (the expansion of the next tile then overlaps P V), more raw KV tiles in
+// flight per SM, (CTAs per SM) x (stages). One stage is the fallback for small
+// shared memories (sm89, sm120): it issues the next tile where two stages would,
+// with one buffer. Depends only on the device and the kernel variant, so it is
+// computed once per pair.
 Expected<RingChoice> choose_ring(const AttentionVariant& variant, LoaderKind kind, int smem_optin) {
   static std::mutex mutex;
   static std::map<std::tuple<int, int, int>, RingChoice> cache;
@@ -65,16 +68,18 @@ Expected<RingChoice> choose_ring(const AttentionVariant& variant, LoaderKind kin
   std::lock_guard<std::mutex> lock(mutex);
   if (auto found = cache.find(key); found != cache.end()) return found->second;
   RingChoice best;
-  int best_in_flight = 0;
-  for (int stages = 1; stages <= kMaxKvStages; ++stages) {
-    const int smem = variant.smem_bytes(stages);
-    if (smem > smem_optin) break;
-    int blocks = 0;
-    error = variant.blocks_per_sm(smem, &blocks);
-    if (error != cudaSuccess) return cuda_failure("occupancy query", error);
-    if (blocks * stages > best_in_flight || (blocks * stages == best_in_flight && blocks > best.blocks_per_sm)) {
-      best_in_flight = blocks * stages;
-      best = {stages, blocks};
+  auto rank = [](const RingChoice& c) {
+    return std::make_tuple(c.blocks_per_sm, c.k_buffers, c.blocks_per_sm * c.stages);
+  };
+  for (int k_buffers = 1; k_buffers <= 2; ++k_buffers) {
+    for (int stages = 1; stages <= kMaxKvStages; ++stages) {
+      const int smem = variant.smem_bytes(stages, k_buffers);
+      if (smem > smem_optin) break;
+      int blocks = 0;
+      error = variant.blocks_per_sm(smem, &blocks);
+      if (error != cudaSuccess) return cuda_failure("occupancy query", error);
+      const RingChoice candidate{stages, k_buffers, blocks};
+      if (rank(candidate) > rank(best)) best = candidate;
     }
   }
   cache.emplace(key, best);
@@ -104,17 +109,18 @@ Expected<AttentionPlan> plan_attention(LoaderKind kind, std::int64_t num_tokens,
   AttentionPlan plan;
   for (;; rows /= 2) {
     plan.variant = attention_variant(kind, rows);
-    if (plan.variant.smem_bytes(1) <= device->smem_optin) break;
+    if (plan.variant.smem_bytes(1, 1) <= device->smem_optin) break;
     if (rows == 16) {
       return unimplemented(fmt::format("cuda: the attention kernel needs {} B of shared memory per block, the device "
                                        "allows {} B",
-                                       plan.variant.smem_bytes(1), device->smem_optin));
+                                       plan.variant.smem_bytes(1, 1), device->smem_optin));
     }
   }
   auto ring = choose_ring(plan.variant, kind, device->smem_optin);
   if (!ring) return ring.status();
   plan.kv_stages = ring->stages;
-  plan.smem_bytes = plan.variant.smem_bytes(plan.kv_stages);
+  plan.k_buffers = ring->k_buffers;
+  plan.smem_bytes = plan.variant.smem_bytes(plan.kv_stages, plan.k_buffers);
   plan.head_blocks = static_cast<int>((num_heads + rows - 1) / rows);
 
   // Split the keys only when the (token, head block) grid leaves SMs idle, and
@@ -133,6 +139,7 @@ Expected<AttentionPlan> plan_attention(LoaderKind kind, std::int64_t num_tokens,
 void assign_workspace(const AttentionPlan& plan, void* workspace, SparseAttentionParams* params) {
   params->num_splits = plan.num_splits;
   params->kv_stages = plan.kv_stages;
+  params->k_buffers = plan.k_buffers;
   if (plan.num_splits <= 1) return;
   auto* base = static_cast<std::uint8_t*>(workspace);
   const std::size_t out_bytes = partial_out_bytes(plan, params->num_tokens, params->num_heads);

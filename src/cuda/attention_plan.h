@@ -13,6 +13,7 @@ namespace smla::cuda {
 struct AttentionPlan {
   AttentionVariant variant;
   int kv_stages = 1;
+  int k_buffers = 1;
   int smem_bytes = 0;
   int head_blocks = 1;
   int num_splits = 1;

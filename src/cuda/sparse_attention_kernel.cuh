@@ -8,7 +8,8 @@
 // and never dereferenced. Per 32-key tile:
 //   1. the raw rows (copied by cp.async one to three tiles earlier, in a ring of
 //      p.kv_stages buffers) are expanded to bf16 K rows in shared memory, 8
-//      threads per key on interleaved 8-value chunks (no bank conflicts);
+//      threads per key on interleaved 8-value chunks (no bank conflicts); with
+//      two K buffers (p.k_buffers) tile t + 1 is expanded during step 4 of tile t;
 //   2. S = Q K^T with mma.sync m16n8k16, each warp a (32 or 16 rows x 16 keys)
 //      block over a slice of d_qk (the slices' partial sums meet in the softmax);
 //   3. online softmax in the exp2 domain, one row per 256/kRows threads;
@@ -236,7 +237,7 @@ __global__ void __launch_bounds__(kAttentionThreads, 1)
   const int qk_keypair = qk_unit % (Cfg::kKeys / 16);
   constexpr int kStepsPerPart = Cfg::kDim / 16 / Cfg::kDSplit;
 
-  // Expands raw tile `tile` into `krow_base` and refills its ring stage. A key's
+  // Expands raw tile `tile` into `k_tile` and refills its ring stage. A key's
   // raw row, flag and K row are touched only by its 8 threads, all in one warp,
   // so warp barriers order them; block barriers publish the K tile.
   auto expand_tile = [&](int tile, __nv_bfloat16* k_tile) {

@@ -13,12 +13,15 @@ enum class LoaderKind { kV4Fp8, kV32Fp8, kBf16Rows512, kBf16Rows576, kFp8Rows };
 
 struct AttentionVariant {
   int rows = 0;              // query heads per CTA (16, 32 or 64)
-  int fixed_smem_bytes = 0;  // dynamic shared memory besides the raw KV ring
-  int stage_smem_bytes = 0;  // shared memory of one raw KV stage
+  int fixed_smem_bytes = 0;     // dynamic shared memory besides the raw KV ring and a second K tile
+  int stage_smem_bytes = 0;     // shared memory of one raw KV stage
+  int k_buffer_smem_bytes = 0;  // shared memory of one expanded K tile
   cudaError_t (*launch)(const SparseAttentionParams& params, dim3 grid, int smem_bytes, cudaStream_t stream) = nullptr;
   cudaError_t (*blocks_per_sm)(int smem_bytes, int* blocks) = nullptr;
 
-  int smem_bytes(int stages) const { return fixed_smem_bytes + stages * stage_smem_bytes; }
+  int smem_bytes(int stages, int k_buffers) const {
+    return fixed_smem_bytes + stages * stage_smem_bytes + (k_buffers - 1) * k_buffer_smem_bytes;
+  }
 };
 
 // One definition per loader, each in its own translation unit so the variants compile in parallel.

@@ -32,7 +32,7 @@ cudaError_t attention_blocks_per_sm(int smem_bytes, int* blocks) {
 template <class Loader, int kRows>
 AttentionVariant make_variant() {
   using Cfg = AttentionConfig<Loader, kRows>;
-  return {kRows, Cfg::smem_bytes(0), Cfg::kRawStageBytes, &launch_attention<Loader, kRows>,
+  return {kRows, Cfg::smem_bytes(0, 1), Cfg::kRawStageBytes, Cfg::kKBytes, &launch_attention<Loader, kRows>,
           &attention_blocks_per_sm<Loader, kRows>};
 }
 
