@@ -28,7 +28,11 @@ class ThreadPool {
   void resize(int threads) {
     stop_workers();
     stopping_ = false;
-    for (int w = 1; w < threads; ++w) workers_.emplace_back([this, w] { worker_loop(w); });
+    // New workers start at the current generation: one that saw an older job's
+    // generation as new would report done for a job it never ran (or twice for
+    // the next one), letting run() return while another worker is still inside fn.
+    const std::uint64_t current = generation_;
+    for (int w = 1; w < threads; ++w) workers_.emplace_back([this, w, current] { worker_loop(w, current); });
   }
 
   void run(std::int64_t count, const std::function<void(std::int64_t, int)>& fn) {
@@ -57,8 +61,7 @@ class ThreadPool {
     for (std::int64_t i = next_.fetch_add(1); i < count_; i = next_.fetch_add(1)) (*job_)(i, worker);
   }
 
-  void worker_loop(int worker) {
-    std::uint64_t seen = 0;
+  void worker_loop(int worker, std::uint64_t seen) {
     for (;;) {
       {
         std::unique_lock<std::mutex> lock(mutex_);

@@ -1,8 +1,12 @@
 // kCpu: inverse RoPE then the grouped low-rank projection with OpenBLAS sgemm.
+//
+// The inverse RoPE copy runs tokens in parallel on the CPU backend's thread
+// pool; the GEMMs stay in OpenBLAS (its own threads).
 #include <cblas.h>
 
 #include <vector>
 
+#include "src/cpu/thread_pool.h"
 #include "src/layer/checks.h"
 #include "src/layer/cpu/rope_f32.h"
 #include "src/layer/layer_backend.h"
@@ -14,14 +18,14 @@ Status project_output_f32(const OutputProjectionArgs& args, const OutputShape& s
   const std::int64_t width = shape.heads * kHeadDim;  // o row: all heads
   const std::int64_t group_width = width / shape.groups;
   std::vector<float> o(static_cast<std::size_t>(shape.tokens * width));
-  for (std::int64_t t = 0; t < shape.tokens; ++t) {
+  cpu::parallel_for(shape.tokens, [&](std::int64_t t, int) {
     const float* cos_sin = args.rope->row(read_index(args.positions, t));
     for (std::int64_t h = 0; h < shape.heads; ++h) {
       float* row = o.data() + t * width + h * kHeadDim;
       load_f32(args.o, t * args.o.stride[0] + h * args.o.stride[1], kHeadDim, row);
       rotate_f32(row + V4Fp8Format::kNopeDim, cos_sin, RopeDirection::kInverse);
     }
-  }
+  });
   const std::int64_t z_width = shape.groups * shape.rank;
   std::vector<float> z(static_cast<std::size_t>(shape.tokens * z_width));
   if (shape.tokens == 0) return Status::Ok();
