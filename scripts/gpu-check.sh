@@ -4,6 +4,8 @@
 # racecheck, initcheck) over them, then the GPU decode benchmark.
 #   scripts/gpu-check.sh [OUT_DIR]      (OUT_DIR defaults to $OUT, else ./gpu-check-out)
 # Environment: SMLA_CUDA_ARCHS (default 90a), SMLA_GPU_BENCH_ARGS (extra bench flags),
+# SMLA_GPU_TESTS (test binaries to build and run, default all of tests/unit/cuda), SMLA_GTEST_FILTER,
+# SMLA_GPU_EXTRA_TARGETS (more targets to build, e.g. smla),
 # SMLA_SKIP_SANITIZER=1, SMLA_SKIP_BENCH=1, SMLA_GPU_PROFILE="LABEL B" (Nsight Compute on the
 # first attention launch of that bench case, e.g. "CONFIG2 128"), SMLA_GPU_DEPS=DIR (a folder of Debian .deb files
 # for the build dependencies the GPU machine lacks: they are unpacked under /tmp/smla-deps
@@ -35,39 +37,49 @@ if [[ -n "${SMLA_GPU_DEPS:-}" ]]; then
             -DCMAKE_EXE_LINKER_FLAGS="-L$multiarch -Wl,-rpath-link,$multiarch")
 fi
 
-step "build (archs $archs, $jobs jobs)"
+# Every GPU test binary (tests/unit/cuda/CMakeLists.txt) unless SMLA_GPU_TESTS names a subset.
+tests=${SMLA_GPU_TESTS:-"cuda_attention_test cuda_layer_prep_test cuda_layer_indexer_test cuda_metadata_test cuda_model_test"}
+targets=($tests)
+[[ "${SMLA_SKIP_BENCH:-0}" != 1 ]] && targets+=(smla_bench_cuda)
+[[ -n "${SMLA_GPU_EXTRA_TARGETS:-}" ]] && targets+=($SMLA_GPU_EXTRA_TARGETS)
+step "build (archs $archs, $jobs jobs, targets ${targets[*]})"
 if ! { cmake -S . -B build/gpu -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$archs" -DSMLA_BUILD_TESTS=ON \
-       -DSMLA_BUILD_BENCH=ON "${dep_args[@]}" && cmake --build build/gpu -j "$jobs" --target cuda_attention_test smla_bench_cuda; } \
+       -DSMLA_BUILD_BENCH=ON "${dep_args[@]}" && cmake --build build/gpu -j "$jobs" --target "${targets[@]}"; } \
        >"$out/build.log" 2>&1; then
-  tail -40 "$out/build.log"
+  grep -E "error|Error" "$out/build.log" | head -40
+  tail -20 "$out/build.log"
   echo "BUILD FAILED"
   exit 1
 fi
 grep -E "Compiling entry|registers|spill" "$out/build.log" | grep -B1 -A1 sparse_attention | grep -E "registers|spill" | sort | uniq -c | head -20
-test_bin=build/gpu/tests/unit/cuda/cuda_attention_test
 
-step "GPU tests"
-if ! "$test_bin" --gtest_brief=1 2>&1 | tee "$out/tests.log" | tail -25; then status=1; fi
-grep -qE "FAILED|SKIPPED" "$out/tests.log" && status=1
-
-if [[ "${SMLA_SKIP_SANITIZER:-0}" != 1 ]]; then
-  sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-  # Racecheck is slow: the cases that cover every kernel variant family and the combine.
-  race_filter="CudaSparseDecode.V4TwoSourcesMatchesReference:CudaSparseDecode.ExplicitWorkspaceOnStream:CudaSparseDecode.V32Format:CudaSparsePrefill.*"
+sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+for test_name in $tests; do
+  test_bin=build/gpu/tests/unit/cuda/$test_name
+  step "GPU tests: $test_name"
+  if ! "$test_bin" --gtest_brief=1 ${SMLA_GTEST_FILTER:+--gtest_filter="$SMLA_GTEST_FILTER"} 2>&1 \
+       | tee "$out/tests_$test_name.log" | tail -25; then
+    status=1
+  fi
+  grep -qE "FAILED|SKIPPED" "$out/tests_$test_name.log" && status=1
+  [[ "${SMLA_SKIP_SANITIZER:-0}" == 1 ]] && continue
+  # Racecheck is slow: for the attention test, the cases that cover every kernel variant family and the combine.
+  race_filter="*"
+  [[ $test_name == cuda_attention_test ]] &&
+    race_filter="CudaSparseDecode.V4TwoSourcesMatchesReference:CudaSparseDecode.ExplicitWorkspaceOnStream:CudaSparseDecode.V32Format:CudaSparsePrefill.*"
   for tool in memcheck racecheck initcheck; do
-    step "compute-sanitizer $tool"
-    filter="*"
-    [[ $tool == racecheck ]] && filter=$race_filter
+    filter=${SMLA_GTEST_FILTER:-*}
+    [[ $tool == racecheck && -z "${SMLA_GTEST_FILTER:-}" ]] && filter=$race_filter
     if ! timeout 300 "$sanitizer" --tool "$tool" --error-exitcode 9 "$test_bin" --gtest_brief=1 --gtest_filter="$filter" \
-         >"$out/sanitizer_$tool.log" 2>&1; then
+         >"$out/sanitizer_${test_name}_$tool.log" 2>&1; then
       status=1
-      echo "$tool: FAILED"
+      echo "$test_name $tool: FAILED"
     else
-      echo "$tool: clean"
+      echo "$test_name $tool: clean"
     fi
-    grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Uninitialized|Invalid|Race" "$out/sanitizer_$tool.log" | sort | uniq -c | head -8
+    grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Uninitialized|Invalid|Race" "$out/sanitizer_${test_name}_$tool.log" | sort | uniq -c | head -8
   done
-fi
+done
 
 if [[ "${SMLA_SKIP_BENCH:-0}" != 1 ]]; then
   step "benchmark"

@@ -7,7 +7,7 @@
 namespace smla::layer_detail {
 
 Status check_tensor(const TensorView& t, std::string_view name, std::initializer_list<DType> dtypes,
-                    std::initializer_list<std::int64_t> shape) {
+                    std::initializer_list<std::int64_t> shape, DeviceKind device) {
   std::string dtype_list;
   bool dtype_ok = false;
   for (DType d : dtypes) {
@@ -22,8 +22,8 @@ Status check_tensor(const TensorView& t, std::string_view name, std::initializer
   }
   expected_shape += "]";
   if (!t.present()) return invalid_argument(name, fmt::format("a {} tensor {}", dtype_list, expected_shape), "absent");
-  if (t.device.kind != DeviceKind::kCpu) {
-    return invalid_argument(name, "a cpu tensor", t.describe());
+  if (t.device.kind != device) {
+    return invalid_argument(name, fmt::format("a {} tensor", device_kind_name(device)), t.describe());
   }
   if (!dtype_ok) return invalid_argument(name, fmt::format("dtype {}", dtype_list), dtype_name(t.dtype));
   if (t.rank != static_cast<int>(shape.size())) {
@@ -47,9 +47,11 @@ Status check_tensor(const TensorView& t, std::string_view name, std::initializer
   return Status::Ok();
 }
 
-Status check_index_vector(const TensorView& t, std::string_view name, std::int64_t length) {
+Status check_index_vector(const TensorView& t, std::string_view name, std::int64_t length, DeviceKind device) {
   if (!t.present()) return invalid_argument(name, fmt::format("an i32 or i64 vector [{}]", length), "absent");
-  if (t.device.kind != DeviceKind::kCpu) return invalid_argument(name, "a cpu tensor", t.describe());
+  if (t.device.kind != device) {
+    return invalid_argument(name, fmt::format("a {} tensor", device_kind_name(device)), t.describe());
+  }
   if (t.dtype != DType::kI32 && t.dtype != DType::kI64) {
     return invalid_argument(name, "dtype i32 or i64", dtype_name(t.dtype));
   }

@@ -13,14 +13,15 @@ namespace smla::layer_detail {
 
 inline constexpr std::int64_t kAnyExtent = -1;
 
-// Present, on the CPU, one of `dtypes`, rank == shape.size(), every extent
+// Present, on device kind `device` (the CPU unless given), one of `dtypes`, rank == shape.size(), every extent
 // equal to shape[i] unless kAnyExtent, non-negative strides, last dim
 // contiguous, non-null data when non-empty.
 Status check_tensor(const TensorView& t, std::string_view name, std::initializer_list<DType> dtypes,
-                    std::initializer_list<std::int64_t> shape);
+                    std::initializer_list<std::int64_t> shape, DeviceKind device = DeviceKind::kCpu);
 
-// A rank-1 i32/i64 vector of `length` entries.
-Status check_index_vector(const TensorView& t, std::string_view name, std::int64_t length);
+// A rank-1 i32/i64 vector of `length` entries on device kind `device`.
+Status check_index_vector(const TensorView& t, std::string_view name, std::int64_t length,
+                          DeviceKind device = DeviceKind::kCpu);
 
 // Every position in [0, max_positions).
 Status check_positions(const TensorView& positions, std::string_view name, std::int64_t max_positions);

@@ -1,0 +1,2 @@
+// Placeholder: internal cuBLASLt GEMM wrapper (issue 6).
+#pragma once
