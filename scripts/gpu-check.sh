@@ -5,7 +5,8 @@
 #   scripts/gpu-check.sh [OUT_DIR]      (OUT_DIR defaults to $OUT, else ./gpu-check-out)
 # Environment: SMLA_CUDA_ARCHS (default 90a), SMLA_GPU_BENCH_ARGS (extra bench flags),
 # SMLA_GPU_TESTS (test binaries to build and run, default all of tests/unit/cuda), SMLA_GTEST_FILTER,
-# SMLA_GPU_EXTRA_TARGETS (more targets to build, e.g. smla),
+# SMLA_GPU_EXTRA_TARGETS (more targets to build, e.g. smla), SMLA_GPU_AFTER (a command run last, with the
+# dependencies' libraries on LD_LIBRARY_PATH, e.g. "build/gpu/tools/smla/smla demo --backend cuda"),
 # SMLA_SKIP_SANITIZER=1, SMLA_SKIP_BENCH=1, SMLA_GPU_PROFILE="LABEL B" (Nsight Compute on the
 # first attention launch of that bench case, e.g. "CONFIG2 128"), SMLA_GPU_DEPS=DIR (a folder of Debian .deb files
 # for the build dependencies the GPU machine lacks: they are unpacked under /tmp/smla-deps
@@ -97,6 +98,12 @@ if [[ -n "${SMLA_GPU_PROFILE:-}" ]]; then
     build/gpu/bench/cuda/smla_bench_cuda --filter "$profile_label" --b "$profile_b" --runs 1 --warmup 0 \
     --check-max-b 0 --json /dev/null >"$out/ncu.log" 2>&1 || status=1
   grep -E "Duration|Throughput|Stall|Issue|Occupancy|Pipe|Bank|Registers|Shared Memory" "$out/ncu.log" | head -60
+fi
+if [[ -n "${SMLA_GPU_AFTER:-}" ]]; then
+  # Runs with the unpacked dependencies on LD_LIBRARY_PATH (e.g. the CUDA demo or a disabled timing test).
+  step "after: $SMLA_GPU_AFTER"
+  bash -c "$SMLA_GPU_AFTER" 2>&1 | tee "$out/after.log" | tail -60
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
 fi
 step "done, status $status"
 exit $status
