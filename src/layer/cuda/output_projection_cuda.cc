@@ -1,9 +1,212 @@
-// Placeholder until the CUDA implementation lands (issue 6).
+// cuda_project_output (smla/cuda_layer.h): inverse RoPE copy of the attention
+// output into scratch, then two cuBLASLt GEMMs:
+//   z[t, g*rank:(g+1)*rank] = o_rot[t, g heads] . wo_a[g]^T   (strided-batched over the G groups)
+//   out[t] = z[t] . wo_b^T
+// f32 weights: o_rot and z in f32, true f32 GEMMs (no TF32). bf16 weights: o_rot
+// and z rounded to bf16 (tensor cores, f32 accumulation), out f32.
+//
+// Workspace (256-byte aligned pieces): o_rot [T, H*512], z [T, G*rank] in the
+// GEMM dtype, then kCublasLtWorkspaceBytes for cuBLASLt.
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+
+#include <cstdint>
+
 #include "smla/cuda_layer.h"
+#include "smla/kv_format.h"
+#include "src/cuda/cublaslt_gemm.h"
+#include "src/layer/checks.h"
+#include "src/layer/cuda/output_projection_kernels.h"
 
 namespace smla {
+namespace {
 
-Expected<std::size_t> cuda_project_output_workspace_size(const OutputProjectionArgs&) { return unimplemented("cuda_project_output: not implemented yet"); }
-Status cuda_project_output(const OutputProjectionArgs&, void*, std::size_t, void*) { return unimplemented("cuda_project_output: not implemented yet"); }
+using layer_detail::check_index_vector;
+using layer_detail::check_tensor;
+using layer_detail::kAnyExtent;
+
+constexpr std::int64_t kHeadDim = V4Fp8Format::kHeadDim;
+constexpr std::size_t kAlignment = 256;
+
+std::size_t align_up(std::size_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
+
+struct DeviceOutputShape {
+  std::int64_t tokens = 0, heads = 0, groups = 0, rank = 0, hidden = 0;
+  DType gemm_dtype = DType::kF32;  // of wo_a, wo_b, o_rot and z
+};
+
+struct WorkspaceLayout {
+  std::size_t rotated_offset = 0, z_offset = 0, cublas_offset = 0, total = 0;
+};
+
+WorkspaceLayout workspace_layout(const DeviceOutputShape& shape) {
+  const std::size_t element = dtype_size(shape.gemm_dtype);
+  WorkspaceLayout layout;
+  layout.z_offset = align_up(static_cast<std::size_t>(shape.tokens * shape.heads * kHeadDim) * element);
+  layout.cublas_offset =
+      layout.z_offset + align_up(static_cast<std::size_t>(shape.tokens * shape.groups * shape.rank) * element);
+  layout.total = layout.cublas_offset + cuda::kCublasLtWorkspaceBytes;
+  return layout;
+}
+
+Status check_same_device(const TensorView& first, const TensorView& other, std::string_view name) {
+  if (other.device.index != first.device.index) {
+    return invalid_argument(name, fmt::format("a tensor on cuda:{} (the device of o)", first.device.index),
+                            other.describe());
+  }
+  return Status::Ok();
+}
+
+// The host op's checks (output_projection.cc) for device tensors; weights may be f32 or bf16.
+Expected<DeviceOutputShape> validate(const OutputProjectionArgs& args) {
+  constexpr DeviceKind kCuda = DeviceKind::kCuda;
+  if (args.rope == nullptr) return invalid_argument("rope", "a RopeTable", "nullptr");
+  SMLA_RETURN_IF_ERROR(
+      check_tensor(args.o, "o", {DType::kBF16, DType::kF32}, {kAnyExtent, kAnyExtent, kHeadDim}, kCuda));
+  DeviceOutputShape shape;
+  shape.tokens = args.o.shape[0];
+  shape.heads = args.num_heads == 0 ? args.o.shape[1] : args.num_heads;
+  if (shape.heads < 1 || shape.heads > args.o.shape[1]) {
+    return invalid_argument("num_heads", fmt::format("a value in [1, {}] (heads of o) or 0", args.o.shape[1]),
+                            std::to_string(args.num_heads));
+  }
+  SMLA_RETURN_IF_ERROR(check_index_vector(args.positions, "positions", shape.tokens, kCuda));
+  SMLA_RETURN_IF_ERROR(
+      check_tensor(args.wo_a, "wo_a", {DType::kF32, DType::kBF16}, {kAnyExtent, kAnyExtent, kAnyExtent}, kCuda));
+  shape.gemm_dtype = args.wo_a.dtype;
+  shape.groups = args.wo_a.shape[0];
+  shape.rank = args.wo_a.shape[1];
+  if (shape.groups < 1 || shape.heads % shape.groups != 0) {
+    return invalid_argument("wo_a", fmt::format("a group count dividing the {} heads", shape.heads),
+                            args.wo_a.shape_string());
+  }
+  const std::int64_t group_width = shape.heads / shape.groups * kHeadDim;
+  if (args.wo_a.shape[2] != group_width || shape.rank < 1 || !args.wo_a.is_contiguous()) {
+    return invalid_argument("wo_a", fmt::format("contiguous [{}, rank, {}]", shape.groups, group_width),
+                            args.wo_a.describe());
+  }
+  SMLA_RETURN_IF_ERROR(
+      check_tensor(args.wo_b, "wo_b", {shape.gemm_dtype}, {kAnyExtent, shape.groups * shape.rank}, kCuda));
+  if (!args.wo_b.is_contiguous()) return invalid_argument("wo_b", "a contiguous tensor", args.wo_b.describe());
+  shape.hidden = args.wo_b.shape[0];
+  SMLA_RETURN_IF_ERROR(check_tensor(args.out, "out", {DType::kF32}, {shape.tokens, shape.hidden}, kCuda));
+  if (shape.tokens > 1 && args.out.stride[0] < shape.hidden) {
+    return invalid_argument("out", fmt::format("a row stride >= {} (hidden)", shape.hidden), args.out.describe());
+  }
+  for (const auto& [view, name] : {std::pair{&args.positions, "positions"}, std::pair{&args.wo_a, "wo_a"},
+                                   std::pair{&args.wo_b, "wo_b"}, std::pair{&args.out, "out"}}) {
+    SMLA_RETURN_IF_ERROR(check_same_device(args.o, *view, name));
+  }
+  return shape;
+}
+
+Status check_current_device(const TensorView& o) {
+  int device = 0;
+  const cudaError_t error = cudaGetDevice(&device);
+  if (error != cudaSuccess) return internal_error(fmt::format("cudaGetDevice failed: {}", cudaGetErrorString(error)));
+  if (o.device.index != device) {
+    return invalid_argument("o", fmt::format("tensors on the current device cuda:{}", device),
+                            fmt::format("cuda:{}", o.device.index));
+  }
+  return Status::Ok();
+}
+
+Status run(const OutputProjectionArgs& args, const DeviceOutputShape& shape, void* workspace,
+           std::size_t workspace_bytes, void* stream) {
+  const WorkspaceLayout layout = workspace_layout(shape);
+  if (workspace_bytes < layout.total) {
+    return invalid_argument("workspace_bytes", fmt::format(">= {} (cuda_project_output_workspace_size)", layout.total),
+                            std::to_string(workspace_bytes));
+  }
+  if (workspace == nullptr || reinterpret_cast<std::uintptr_t>(workspace) % kAlignment != 0) {
+    return invalid_argument("workspace", "a 256-byte aligned device pointer", fmt::format("{}", workspace));
+  }
+  SMLA_RETURN_IF_ERROR(check_current_device(args.o));
+  if (shape.tokens == 0 || shape.hidden == 0) return Status::Ok();
+  auto* base = static_cast<std::uint8_t*>(workspace);
+  void* rotated = base + layout.rotated_offset;
+  void* z = base + layout.z_offset;
+  const bool bf16 = shape.gemm_dtype == DType::kBF16;
+
+  layer_cuda::InverseRopeParams rope;
+  rope.o = args.o.data;
+  rope.o_bf16 = args.o.dtype == DType::kBF16;
+  rope.stride_o_t = args.o.stride[0];
+  rope.stride_o_h = args.o.stride[1];
+  rope.positions = args.positions.data;
+  rope.positions_i64 = args.positions.dtype == DType::kI64;
+  rope.stride_positions = args.positions.stride[0];
+  rope.max_positions = args.rope->max_positions();
+  for (int p = 0; p < kRopePairs; ++p) rope.inv_freq[p] = args.rope->inverse_frequencies()[static_cast<std::size_t>(p)];
+  rope.out = rotated;
+  rope.out_bf16 = bf16;
+  rope.tokens = shape.tokens;
+  rope.heads = shape.heads;
+  const cudaError_t error = layer_cuda::launch_inverse_rope_copy(rope, static_cast<cudaStream_t>(stream));
+  if (error != cudaSuccess) {
+    return internal_error(fmt::format("inverse RoPE launch failed: {}", cudaGetErrorString(error)));
+  }
+
+  const std::int64_t group_width = shape.heads / shape.groups * kHeadDim;
+  const std::int64_t z_width = shape.groups * shape.rank;
+  // cuBLASLt's Hopper kernels store z with bulk (TMA) copies that compute-sanitizer's initcheck does not
+  // see, so the wo_b GEMM's reads of z would be reported as uninitialized; clearing z first is cheap.
+  const cudaError_t cleared =
+      cudaMemsetAsync(z, 0, static_cast<std::size_t>(shape.tokens * z_width) * dtype_size(shape.gemm_dtype),
+                      static_cast<cudaStream_t>(stream));
+  if (cleared != cudaSuccess)
+    return internal_error(fmt::format("cudaMemsetAsync of z failed: {}", cudaGetErrorString(cleared)));
+  cuda::GemmArgs grouped;
+  grouped.m = shape.tokens;
+  grouped.n = shape.rank;
+  grouped.k = group_width;
+  grouped.batch = static_cast<int>(shape.groups);
+  grouped.input_dtype = shape.gemm_dtype;
+  grouped.a = rotated;
+  grouped.lda = shape.heads * kHeadDim;
+  grouped.batch_stride_a = group_width;
+  grouped.b = args.wo_a.data;
+  grouped.ldb = group_width;
+  grouped.batch_stride_b = shape.rank * group_width;
+  grouped.out_dtype = shape.gemm_dtype;
+  grouped.out = z;
+  grouped.ldc = z_width;
+  grouped.batch_stride_out = shape.rank;
+  grouped.workspace = base + layout.cublas_offset;
+  grouped.workspace_bytes = cuda::kCublasLtWorkspaceBytes;
+  grouped.stream = stream;
+  SMLA_RETURN_IF_ERROR(cuda::cublaslt_gemm(grouped).with_context("wo_a GEMM: "));
+
+  cuda::GemmArgs final_gemm = grouped;
+  final_gemm.n = shape.hidden;
+  final_gemm.k = z_width;
+  final_gemm.batch = 1;
+  final_gemm.a = z;
+  final_gemm.lda = z_width;
+  final_gemm.batch_stride_a = 0;
+  final_gemm.b = args.wo_b.data;
+  final_gemm.ldb = z_width;
+  final_gemm.batch_stride_b = 0;
+  final_gemm.out_dtype = DType::kF32;
+  final_gemm.out = args.out.data;
+  final_gemm.ldc = shape.tokens > 1 ? args.out.stride[0] : shape.hidden;
+  final_gemm.batch_stride_out = 0;
+  return cuda::cublaslt_gemm(final_gemm).with_context("wo_b GEMM: ");
+}
+
+}  // namespace
+
+Expected<std::size_t> cuda_project_output_workspace_size(const OutputProjectionArgs& args) {
+  auto shape = validate(args);
+  if (!shape) return shape.status().with_context("cuda_project_output_workspace_size: ");
+  return workspace_layout(*shape).total;
+}
+
+Status cuda_project_output(const OutputProjectionArgs& args, void* workspace, std::size_t workspace_bytes,
+                           void* stream) {
+  auto shape = validate(args);
+  if (!shape) return shape.status().with_context("cuda_project_output: ");
+  return run(args, *shape, workspace, workspace_bytes, stream).with_context("cuda_project_output: ");
+}
 
 }  // namespace smla
