@@ -1,5 +1,6 @@
 // smla_bench_cuda: the GPU decode set (bench/cases/gpu.json, see
-// shared/bench/cases.md) on the cuda backend through the explicit-workspace
+// shared/bench/cases.md), then the prefill set (gpu_prefill.json,
+// gpu_prefill_bench.h) and the measured mma.sync ceiling, on the cuda backend through the explicit-workspace
 // API. Per case: synthetic random caches filled on the device, random distinct
 // indices per token through random block tables, sink on; per run a 256 MB
 // L2-flush memset, then CUDA events around the attention (+ combine) kernels;
@@ -8,7 +9,8 @@
 // throughput relative to the FlashMLA figure stored with the case. Cases with
 // b <= --check-max-b are also compared with the float64 reference backend.
 //
-//   smla_bench_cuda [--cases FILE] [--json OUT] [--runs N] [--warmup N] [--filter TEXT] [--b N] [--check-max-b N]
+//   smla_bench_cuda [--cases FILE] [--prefill-cases FILE] [--no-decode] [--no-prefill] [--json OUT]
+//                   [--runs N] [--warmup N] [--filter TEXT] [--b N] [--check-max-b N]
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
@@ -24,7 +26,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "bench/cuda/synthetic_fill.h"
+#include "bench/cuda/bench_util.h"
+#include "bench/cuda/gpu_prefill_bench.h"
+#include "bench/cuda/mma_ceiling.h"
 #include "smla/attention.h"
 #include "smla/cuda.h"
 #include "tests/unit/cuda/device_copy.h"
@@ -33,15 +37,14 @@
 namespace smla::bench {
 namespace {
 
-using cudatest::check_cuda;
-using cudatest::DeviceBuffer;
-
 constexpr double kMeasuredCopyTBps = 3.0;     // H100 device-to-device copy, read + write
 constexpr double kMeasuredBf16Tflops = 800.0;  // H100 8192^3 bf16 GEMM
-constexpr std::size_t kFlushBytes = 256u << 20;
 
 struct Options {
   std::string cases_path = std::string(SMLA_BENCH_CASES_DIR) + "/gpu.json";
+  std::string prefill_cases_path = std::string(SMLA_BENCH_CASES_DIR) + "/gpu_prefill.json";
+  bool decode = true;
+  bool prefill = true;
   std::string json_path = "gpu_bench.json";
   int runs = 30;
   int warmup = 5;
@@ -60,58 +63,15 @@ struct Case {
   double peer_us = 0.0;
 };
 
-// One cache on the device: b requests of `context` tokens each, block tables random.
-struct SyntheticCache {
-  KvFormat format;
-  std::int64_t page_size = 0, pages_per_request = 0, num_pages = 0, page_stride = 0;
-  DeviceBuffer pages;
-  std::vector<std::int64_t> block_table;  // [request * pages_per_request + logical] -> physical page
-
-  KvCacheView view() const {
-    const KvFormatInfo info = kv_format_info(format);
-    KvCacheView cache;
-    cache.format = format;
-    cache.pages = TensorView::strided(pages.data(), DType::kU8, {num_pages, page_size, info.row_elements},
-                                      {page_stride, info.row_elements, 1}, cudatest::current_cuda_device());
-    return cache;
-  }
-};
-
-SyntheticCache make_cache(KvFormat format, std::int64_t b, std::int64_t context, std::int64_t page_size,
-                          std::mt19937_64& rng, std::uint64_t seed) {
-  SyntheticCache cache;
-  cache.format = format;
-  cache.page_size = page_size;
-  cache.pages_per_request = (context + page_size - 1) / page_size;
-  cache.num_pages = b * cache.pages_per_request;
-  cache.page_stride = visit_kv_format(format, [&](auto traits) { return decltype(traits)::page_bytes(page_size); });
-  cache.pages = DeviceBuffer(static_cast<std::size_t>(cache.num_pages * cache.page_stride));
-  check_cuda(fill_fp8_pages(format, static_cast<std::uint8_t*>(cache.pages.data()), cache.num_pages, page_size,
-                            cache.page_stride, seed, nullptr),
-             "fill pages");
-  cache.block_table.resize(static_cast<std::size_t>(cache.num_pages));
-  for (std::int64_t i = 0; i < cache.num_pages; ++i) cache.block_table[static_cast<std::size_t>(i)] = i;
-  std::shuffle(cache.block_table.begin(), cache.block_table.end(), rng);
-  return cache;
-}
-
 // Random distinct positions of each token's request mapped to global slots.
 std::vector<std::int32_t> make_indices(const SyntheticCache& cache, std::int64_t b, std::int64_t s_q,
                                        std::int64_t topk, std::int64_t context, std::mt19937_64& rng) {
-  std::vector<std::int32_t> indices(static_cast<std::size_t>(b * s_q * topk));
-  std::vector<std::int64_t> pool(static_cast<std::size_t>(context));
+  std::vector<std::int32_t> indices;
+  indices.reserve(static_cast<std::size_t>(b * s_q * topk));
+  DistinctPicker picker(context);
   for (std::int64_t r = 0; r < b; ++r) {
     for (std::int64_t t = 0; t < s_q; ++t) {
-      for (std::int64_t i = 0; i < context; ++i) pool[static_cast<std::size_t>(i)] = i;
-      for (std::int64_t k = 0; k < topk; ++k) {
-        std::uniform_int_distribution<std::int64_t> pick(k, context - 1);
-        std::swap(pool[static_cast<std::size_t>(k)], pool[static_cast<std::size_t>(pick(rng))]);
-        const std::int64_t position = pool[static_cast<std::size_t>(k)];
-        const std::int64_t page =
-            cache.block_table[static_cast<std::size_t>(r * cache.pages_per_request + position / cache.page_size)];
-        indices[static_cast<std::size_t>((r * s_q + t) * topk + k)] =
-            static_cast<std::int32_t>(page * cache.page_size + position % cache.page_size);
-      }
+      picker.pick(topk, rng, [&](std::int64_t position) { indices.push_back(cache.slot(r, position)); });
     }
   }
   return indices;
@@ -127,25 +87,6 @@ std::int64_t retrieved_tokens(const std::vector<std::int32_t>& indices, std::int
     for (std::int64_t k = 0; k < topk; ++k) distinct.insert(k < len ? indices[static_cast<std::size_t>(t * topk + k)] : -1);
   }
   return static_cast<std::int64_t>(distinct.size());
-}
-
-template <class T>
-DeviceBuffer upload(const std::vector<T>& host) {
-  DeviceBuffer buffer(host.size() * sizeof(T));
-  if (!host.empty()) check_cuda(cudaMemcpy(buffer.data(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), "upload");
-  return buffer;
-}
-
-std::vector<std::uint8_t> download(const DeviceBuffer& buffer) {
-  std::vector<std::uint8_t> host(buffer.bytes());
-  check_cuda(cudaMemcpy(host.data(), buffer.data(), buffer.bytes(), cudaMemcpyDeviceToHost), "download");
-  return host;
-}
-
-TensorView on_host(TensorView view, void* data) {
-  view.data = data;
-  view.device = Device{};
-  return view;
 }
 
 nlohmann::json run_case(const Case& c, const Options& o, std::uint64_t seed) {
@@ -201,29 +142,10 @@ nlohmann::json run_case(const Case& c, const Options& o, std::uint64_t seed) {
   auto workspace_bytes = cuda_sparse_decode_workspace_size(args);
   if (!workspace_bytes) throw std::runtime_error(workspace_bytes.status().to_string());
   DeviceBuffer workspace(*workspace_bytes);
-  DeviceBuffer flush(kFlushBytes);
-  cudaStream_t stream = nullptr;
-  check_cuda(cudaStreamCreate(&stream), "stream");
-  cudaEvent_t start = nullptr, stop = nullptr;
-  check_cuda(cudaEventCreate(&start), "event");
-  check_cuda(cudaEventCreate(&stop), "event");
-  std::vector<float> times;
-  for (int run = 0; run < o.warmup + o.runs; ++run) {
-    check_cuda(cudaMemsetAsync(flush.data(), run & 0xFF, kFlushBytes, stream), "flush");
-    check_cuda(cudaEventRecord(start, stream), "record");
+  const std::vector<float> times = time_runs(o.warmup, o.runs, [&](cudaStream_t stream) {
     const Status status = cuda_sparse_decode(args, workspace.data(), *workspace_bytes, stream);
     if (!status.ok()) throw std::runtime_error(status.to_string());
-    check_cuda(cudaEventRecord(stop, stream), "record");
-    check_cuda(cudaEventSynchronize(stop), "sync");
-    float ms = 0.0f;
-    check_cuda(cudaEventElapsedTime(&ms, start, stop), "elapsed");
-    if (run >= o.warmup) times.push_back(ms * 1000.0f);
-  }
-  check_cuda(cudaDeviceSynchronize(), "sync");
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  cudaStreamDestroy(stream);
-  std::sort(times.begin(), times.end());
+  });
   const double median_us = times[times.size() / 2];
 
   // FlashMLA counting basis.
@@ -322,6 +244,12 @@ int main_impl(int argc, char** argv) {
     const bool has_value = i + 1 < argc;
     if (arg == "--cases" && has_value) {
       o.cases_path = argv[++i];
+    } else if (arg == "--prefill-cases" && has_value) {
+      o.prefill_cases_path = argv[++i];
+    } else if (arg == "--no-prefill") {
+      o.prefill = false;
+    } else if (arg == "--no-decode") {
+      o.decode = false;
     } else if (arg == "--json" && has_value) {
       o.json_path = argv[++i];
     } else if (arg == "--runs" && has_value) {
@@ -336,8 +264,8 @@ int main_impl(int argc, char** argv) {
       o.check_max_b = std::atoi(argv[++i]);
     } else {
       std::fprintf(stderr,
-                   "usage: smla_bench_cuda [--cases FILE] [--json OUT] [--runs N] [--warmup N] [--filter TEXT] "
-                   "[--b N] [--check-max-b N]\nunknown or incomplete argument: %s\n",
+                   "usage: smla_bench_cuda [--cases FILE] [--prefill-cases FILE] [--no-decode] [--no-prefill] [--json OUT] "
+                   "[--runs N] [--warmup N] [--filter TEXT] [--b N] [--check-max-b N]\nunknown or incomplete argument: %s\n",
                    arg.c_str());
       return 2;
     }
@@ -350,9 +278,15 @@ int main_impl(int argc, char** argv) {
   check_cuda(cudaGetDeviceProperties(&prop, 0), "properties");
   nlohmann::json report = {{"device", prop.name}, {"sm_count", prop.multiProcessorCount}, {"results", nlohmann::json::array()}};
   std::printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
-  std::printf("%-12s %4s %3s %4s %9s %8s %8s %6s %6s %9s %7s %s\n", "case", "b", "s_q", "h", "us", "TFLOPS", "GB/s",
+  // The tensor-core ceiling of the instruction the kernels use, measured here.
+  const MmaCeiling ceiling = measure_mma_sync_ceiling(3, 20);
+  report["mma_sync_ceiling_tflops"] = ceiling.tflops;
+  std::printf("mma.sync m16n8k16 bf16 ceiling (register-resident loop, median of 20): %.1f TFLOPS; "
+              "H100 SXM5 dense bf16 datasheet: 989 TFLOPS\n",
+              ceiling.tflops);
+  if (o.decode) std::printf("%-12s %4s %3s %4s %9s %8s %8s %6s %6s %9s %7s %s\n", "case", "b", "s_q", "h", "us", "TFLOPS", "GB/s",
               "%bw", "%mma", "peer_us", "x_peer", "check");
-  const std::vector<Case> cases = load_cases(o.cases_path);
+  const std::vector<Case> cases = o.decode ? load_cases(o.cases_path) : std::vector<Case>{};
   std::uint64_t seed = 20261126;
   for (const Case& c : cases) {
     if (!o.filter.empty() && c.label.find(o.filter) == std::string::npos) continue;
@@ -368,6 +302,23 @@ int main_impl(int argc, char** argv) {
     if (check == "FAIL") std::printf("  out: %s\n  lse: %s\n", r["check"]["out"].get<std::string>().c_str(), r["check"]["lse"].get<std::string>().c_str());
     std::fflush(stdout);
     report["results"].push_back(r);
+  }
+  if (o.prefill) {
+    std::printf("\nprefill (s_q tokens of one request; %%mma = of the measured mma.sync ceiling, %%989 = of the "
+                "datasheet bf16 peak)\n%-13s %-6s %4s %7s %5s %9s %8s %6s %6s %9s %7s\n",
+                "case", "mode", "h", "s_kv", "topk", "us", "TFLOPS", "%mma", "%989", "peer_us", "x_peer");
+    report["prefill"] = nlohmann::json::array();
+    for (const PrefillCase& c : load_prefill_cases(o.prefill_cases_path)) {
+      if (!o.filter.empty() && c.label.find(o.filter) == std::string::npos) continue;
+      const nlohmann::json r = run_prefill_case(c, o.warmup, o.runs, seed++, ceiling.tflops);
+      std::printf("%-13s %-6s %4lld %7lld %5lld %9.1f %8.1f %6.1f %6.1f %9.1f %7.2f\n", c.label.c_str(),
+                  c.mode.c_str(), static_cast<long long>(c.h_q), static_cast<long long>(c.s_kv),
+                  static_cast<long long>(c.topk + r["window"].get<std::int64_t>()), r["median_us"].get<double>(),
+                  r["tflops"].get<double>(), r["pct_mma_sync_ceiling"].get<double>(),
+                  r["pct_datasheet_bf16"].get<double>(), c.peer_us, r["vs_peer_throughput"].get<double>());
+      std::fflush(stdout);
+      report["prefill"].push_back(r);
+    }
   }
   std::ofstream(o.json_path) << report.dump(1) << "\n";
   return 0;

@@ -1,6 +1,6 @@
 // Device row loaders: how one KV token is copied raw into shared memory
-// (cp.async, 8 threads per token) and then expanded to a bf16 K row. Every
-// byte offset comes from the format traits in include/smla/kv_format.h.
+// (cp.async, kParts threads per token; the attention kernel uses 8) and then
+// expanded to a bf16 K row. Every byte offset comes from the format traits in include/smla/kv_format.h.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -13,8 +13,6 @@
 #include "src/cuda/sparse_attention_params.h"
 
 namespace smla::cuda {
-
-inline constexpr int kThreadsPerKey = 8;
 
 constexpr int round_up_16(int bytes) { return (bytes + 15) / 16 * 16; }
 
@@ -41,7 +39,7 @@ __device__ __forceinline__ uint2 e4m3x4_to_bf16x4(std::uint32_t codes, float sca
 }
 
 // 8 e4m3 codes at `raw` (8-byte aligned, shared) -> 8 bf16 at `dst` (16-byte aligned, shared).
-// The FP8 loaders hand a key's threads interleaved 8-value chunks (chunk = part + 8 j):
+// The FP8 loaders hand a key's threads interleaved 8-value chunks (chunk = part + kParts j):
 // each 8-thread phase then reads 64 consecutive raw bytes and writes 128 consecutive
 // K-row bytes, free of bank conflicts. (Contiguous 64-value runs per thread put the
 // 8 threads' 16-byte stores in one bank group: 8-way conflicts on every store.)
@@ -54,6 +52,17 @@ __device__ __forceinline__ void dequant_8(const std::uint8_t* raw, __nv_bfloat16
 
 inline constexpr int kValuesPerChunk = 8;
 
+// Calls body(chunk) for chunk = part, part + kParts, ... below kChunks, with a
+// trip count known at compile time (part < kParts).
+template <int kChunks, int kParts, class Body>
+__device__ __forceinline__ void for_each_chunk(int part, Body&& body) {
+#pragma unroll
+  for (int j = 0; j < (kChunks + kParts - 1) / kParts; ++j) {
+    const int chunk = part + j * kParts;
+    if (kChunks % kParts == 0 || chunk < kChunks) body(chunk);
+  }
+}
+
 // DeepSeek-V4 FP8: 448 e4m3 NoPE + 64 bf16 RoPE in the data row, 7 UE8M0 scales
 // in the page's scale rows. Raw staging: data row, then the 8 scale bytes.
 struct V4Fp8Loader {
@@ -62,28 +71,30 @@ struct V4Fp8Loader {
   static constexpr int kScaleStage = Format::kDataBytes;  // where the scale bytes land in the staging row
   static constexpr int kRawStride = round_up_16(Format::kDataBytes + Format::kScaleBytes);
   static_assert(Format::kDataBytes % 16 == 0 && Format::kScaleBytes == 8);
-  static constexpr int kChunksPerThread = Format::kNopeDim / kValuesPerChunk / kThreadsPerKey;
-  static_assert(Format::kNopeDim % (kValuesPerChunk * kThreadsPerKey) == 0 && Format::kTile % kValuesPerChunk == 0);
-  static_assert(Format::kRopeDim * 2 == 16 * kThreadsPerKey, "one RoPE chunk per thread");
+  static_assert(Format::kNopeDim % kValuesPerChunk == 0 && Format::kTile % kValuesPerChunk == 0);
+  static_assert(Format::kRopeDim * 2 % 16 == 0);
 
+  template <int kParts>
   __device__ static void issue(std::uint8_t* raw, const KvSourceParams& src, std::uint32_t slot, int part) {
     std::uint32_t entry = 0;
     const std::uint8_t* page = page_base(src, slot, &entry);
     const std::uint8_t* data = page + Format::nope_offset(entry, src.page_size);
-    for (int chunk = part; chunk < Format::kDataBytes / 16; chunk += kThreadsPerKey) {
+    for (int chunk = part; chunk < Format::kDataBytes / 16; chunk += kParts) {
       cp_async_16(raw + 16 * chunk, data + 16 * chunk);
     }
-    if (part == kThreadsPerKey - 1) cp_async_8(raw + kScaleStage, page + Format::scale_offset(entry, src.page_size));
+    if (part == kParts - 1) cp_async_8(raw + kScaleStage, page + Format::scale_offset(entry, src.page_size));
   }
 
+  template <int kParts>
   __device__ static void dequant(const std::uint8_t* raw, __nv_bfloat16* krow, int part, float /*fp8_scale*/) {
-#pragma unroll
-    for (int j = 0; j < kChunksPerThread; ++j) {
-      const int first = (part + j * kThreadsPerKey) * kValuesPerChunk;
+    for_each_chunk<Format::kNopeDim / kValuesPerChunk, kParts>(part, [&](int chunk) {
+      const int first = chunk * kValuesPerChunk;
       dequant_8(raw + first, krow + first, ue8m0_to_f32(raw[kScaleStage + first / Format::kTile]));
-    }
-    reinterpret_cast<uint4*>(krow + Format::kNopeDim)[part] =
-        reinterpret_cast<const uint4*>(raw + Format::rope_offset(0, 0))[part];
+    });
+    for_each_chunk<Format::kRopeDim * 2 / 16, kParts>(part, [&](int chunk) {
+      reinterpret_cast<uint4*>(krow + Format::kNopeDim)[chunk] =
+          reinterpret_cast<const uint4*>(raw + Format::rope_offset(0, 0))[chunk];
+    });
   }
 };
 
@@ -92,28 +103,29 @@ struct V32Fp8Loader {
   using Format = V32Fp8Format;
   static constexpr int kHeadDim = Format::kHeadDim;
   static constexpr int kRawStride = round_up_16(Format::kBytesPerToken);
-  static constexpr int kChunksPerThread = Format::kNopeDim / kValuesPerChunk / kThreadsPerKey;
   static_assert(Format::kBytesPerToken % 16 == 0 && Format::kTile % kValuesPerChunk == 0);
-  static_assert(Format::kNopeDim % (kValuesPerChunk * kThreadsPerKey) == 0);
-  static_assert(Format::kRopeDim * 2 == 16 * kThreadsPerKey, "one RoPE chunk per thread");
+  static_assert(Format::kNopeDim % kValuesPerChunk == 0 && Format::kRopeDim * 2 % 16 == 0);
 
+  template <int kParts>
   __device__ static void issue(std::uint8_t* raw, const KvSourceParams& src, std::uint32_t slot, int part) {
     std::uint32_t entry = 0;
     const std::uint8_t* row = page_base(src, slot, &entry) + Format::nope_offset(entry, src.page_size);
-    for (int chunk = part; chunk < Format::kBytesPerToken / 16; chunk += kThreadsPerKey) {
+    for (int chunk = part; chunk < Format::kBytesPerToken / 16; chunk += kParts) {
       cp_async_16(raw + 16 * chunk, row + 16 * chunk);
     }
   }
 
+  template <int kParts>
   __device__ static void dequant(const std::uint8_t* raw, __nv_bfloat16* krow, int part, float /*fp8_scale*/) {
     const float* scales = reinterpret_cast<const float*>(raw + Format::scale_offset(0, 0));
-#pragma unroll
-    for (int j = 0; j < kChunksPerThread; ++j) {
-      const int first = (part + j * kThreadsPerKey) * kValuesPerChunk;
+    for_each_chunk<Format::kNopeDim / kValuesPerChunk, kParts>(part, [&](int chunk) {
+      const int first = chunk * kValuesPerChunk;
       dequant_8(raw + first, krow + first, scales[first / Format::kTile]);
-    }
+    });
     const int rope_at = static_cast<int>(Format::rope_offset(0, 0));
-    reinterpret_cast<uint4*>(krow + Format::kNopeDim)[part] = reinterpret_cast<const uint4*>(raw + rope_at)[part];
+    for_each_chunk<Format::kRopeDim * 2 / 16, kParts>(part, [&](int chunk) {
+      reinterpret_cast<uint4*>(krow + Format::kNopeDim)[chunk] = reinterpret_cast<const uint4*>(raw + rope_at)[chunk];
+    });
   }
 };
 
@@ -125,18 +137,20 @@ struct Bf16RowLoader {
   static constexpr int kRawStride = kDim * 2;
   static_assert(kRawStride % 16 == 0);
 
+  template <int kParts>
   __device__ static void issue(std::uint8_t* raw, const KvSourceParams& src, std::uint32_t slot, int part) {
     std::uint32_t entry = 0;
     const std::uint8_t* row = page_base(src, slot, &entry) + static_cast<std::int64_t>(entry) * src.row_stride_bytes;
-    for (int chunk = part; chunk < kRawStride / 16; chunk += kThreadsPerKey) {
+    for (int chunk = part; chunk < kRawStride / 16; chunk += kParts) {
       cp_async_16(raw + 16 * chunk, row + 16 * chunk);
     }
   }
 
+  template <int kParts>
   __device__ static void dequant(const std::uint8_t* raw, __nv_bfloat16* krow, int part, float /*fp8_scale*/) {
     const uint4* src = reinterpret_cast<const uint4*>(raw);
     uint4* dst = reinterpret_cast<uint4*>(krow);
-    for (int chunk = part; chunk < kRawStride / 16; chunk += kThreadsPerKey) dst[chunk] = src[chunk];
+    for_each_chunk<kRawStride / 16, kParts>(part, [&](int chunk) { dst[chunk] = src[chunk]; });
   }
 };
 
@@ -145,23 +159,23 @@ struct Fp8RowLoader {
   using Format = Fp8RowsFormat;
   static constexpr int kHeadDim = Format::kHeadDim;
   static constexpr int kRawStride = Format::kBytesPerToken;
-  static constexpr int kChunksPerThread = Format::kHeadDim / kValuesPerChunk / kThreadsPerKey;
-  static_assert(Format::kHeadDim % (kValuesPerChunk * kThreadsPerKey) == 0);
+  static_assert(Format::kHeadDim % kValuesPerChunk == 0);
 
+  template <int kParts>
   __device__ static void issue(std::uint8_t* raw, const KvSourceParams& src, std::uint32_t slot, int part) {
     std::uint32_t entry = 0;
     const std::uint8_t* row = page_base(src, slot, &entry) + static_cast<std::int64_t>(entry) * src.row_stride_bytes;
-    for (int chunk = part; chunk < kRawStride / 16; chunk += kThreadsPerKey) {
+    for (int chunk = part; chunk < kRawStride / 16; chunk += kParts) {
       cp_async_16(raw + 16 * chunk, row + 16 * chunk);
     }
   }
 
+  template <int kParts>
   __device__ static void dequant(const std::uint8_t* raw, __nv_bfloat16* krow, int part, float fp8_scale) {
-#pragma unroll
-    for (int j = 0; j < kChunksPerThread; ++j) {
-      const int first = (part + j * kThreadsPerKey) * kValuesPerChunk;
+    for_each_chunk<Format::kHeadDim / kValuesPerChunk, kParts>(part, [&](int chunk) {
+      const int first = chunk * kValuesPerChunk;
       dequant_8(raw + first, krow + first, fp8_scale);
-    }
+    });
   }
 };
 

@@ -29,28 +29,40 @@
 
 namespace smla::cuda {
 
+// Threads per CTA for every head tile. (A 16-warp 64-head tile was measured
+// 3-6% slower on an H100: twice the ldmatrix traffic for Q and P; docs/PERF.md.)
 inline constexpr int kAttentionThreads = 256;
+// 16- and 32-head tiles are register-capped to 128 so two CTAs share an SM (the
+// 32-head tile used ~150 registers and ran one CTA per SM).
+template <int kRows>
+constexpr int attention_min_blocks_per_sm() {
+  return kRows <= 32 ? 2 : 1;
+}
 
 template <class Loader, int kRows>
 struct AttentionConfig {
-  static constexpr int kWarps = kAttentionThreads / 32;
+  static constexpr int kThreads = kAttentionThreads;
+  static constexpr int kWarps = kThreads / 32;
   static constexpr int kKeys = kKeysPerTile;
   static constexpr int kDim = Loader::kHeadDim;
   static constexpr int kRowStride = kDim + 8;   // bf16 elements; +16 B keeps ldmatrix rows in distinct banks
   static constexpr int kPStride = kKeys + 8;    // bf16 elements
   static constexpr int kSStride = kKeys + 4;    // floats
   static constexpr int kMTiles = kRows / 16;
+  static constexpr int kThreadsPerKey = kThreads / kKeys;   // loader threads per key, all in one warp
+  static constexpr int kColumnsPerWarp = kValueDim / kWarps;  // P V: each warp owns these value columns
+  static constexpr int kPvTiles = kColumnsPerWarp / 8;        // n8 tiles per warp
   // S is computed in (kQkRowTiles x 16 rows, 16 keys) blocks, one per warp and d_qk slice:
   // two row tiles share each K fragment, so a QK step loads 3 fragments for 4 MMAs, not 4.
   static constexpr int kQkRowTiles = kMTiles >= 2 ? 2 : 1;
   static constexpr int kQkUnits = kMTiles / kQkRowTiles * (kKeys / 16);
   static constexpr int kDSplit = kWarps / kQkUnits;        // warps sharing one block, each a slice of d_qk
-  static constexpr int kThreadsPerRow = kAttentionThreads / kRows;
+  static constexpr int kThreadsPerRow = kThreads / kRows;
   static constexpr int kKeysPerThread = kKeys / kThreadsPerRow;
   static_assert(kRows == 16 || kRows == 32 || kRows == 64);
   static_assert(kWarps % kQkUnits == 0 && (kDim / 16) % kDSplit == 0);
-  static_assert(kValueDim == kWarps * 64, "each warp owns 64 value columns");
-  static_assert(kKeys * kThreadsPerKey == kAttentionThreads, "8 loader threads per key");
+  static_assert(kValueDim % (kWarps * 16) == 0 && kPvTiles % 2 == 0, "value columns split in 16-column pairs");
+  static_assert(kKeys * kThreadsPerKey == kThreads && 32 % kThreadsPerKey == 0, "a key's loader threads in one warp");
 
   static constexpr int kQBytes = kRows * kRowStride * 2;
   static constexpr int kKBytes = kKeys * kRowStride * 2;
@@ -115,7 +127,7 @@ __device__ __forceinline__ KeySlot fetch_key(const SparseAttentionParams& p, int
 }
 
 template <class Loader, int kRows>
-__global__ void __launch_bounds__(kAttentionThreads, 1)
+__global__ void __launch_bounds__(kAttentionThreads, attention_min_blocks_per_sm<kRows>())
     sparse_attention_kernel(const __grid_constant__ SparseAttentionParams p) {
   using Cfg = AttentionConfig<Loader, kRows>;
   extern __shared__ __align__(16) std::uint8_t smem[];
@@ -172,11 +184,13 @@ __global__ void __launch_bounds__(kAttentionThreads, 1)
     return;
   }
 
-  // Loader role: 8 threads per key of the tile. Raw tiles travel through a ring
-  // of p.kv_stages buffers, `lead` tiles ahead of the one being expanded; each
-  // key's validity and source sit in flag_s so the expanding thread knows them.
+  // Loader role: kThreadsPerKey threads per key of the tile. Raw tiles travel
+  // through a ring of p.kv_stages buffers, `lead` tiles ahead of the one being
+  // expanded; each key's validity and source sit in flag_s so the expanding
+  // thread knows them.
   // With one stage (small shared memory) the next tile is issued right after the
   // current one is expanded, which is also where two stages issue it.
+  constexpr int kThreadsPerKey = Cfg::kThreadsPerKey;
   const int my_key = tid / kThreadsPerKey;
   const int my_part = tid % kThreadsPerKey;
   const int stages = p.kv_stages;
@@ -186,8 +200,8 @@ __global__ void __launch_bounds__(kAttentionThreads, 1)
     const int stage = tile % stages;
     const bool load = tile < num_tiles && key.valid;
     if (load) {
-      Loader::issue(raw_s + stage * Cfg::kRawStageBytes + my_key * Loader::kRawStride,
-                    key.source == 0 ? p.source[0] : p.source[1], key.slot, my_part);
+      Loader::template issue<kThreadsPerKey>(raw_s + stage * Cfg::kRawStageBytes + my_key * Loader::kRawStride,
+                                             key.source == 0 ? p.source[0] : p.source[1], key.slot, my_part);
     }
     if (my_part == 0) flag_s[stage * Cfg::kKeys + my_key] = (load ? 1 : 0) | (key.source << 1);
     cp_async_commit();
@@ -202,7 +216,7 @@ __global__ void __launch_bounds__(kAttentionThreads, 1)
   // Q rows of this head block; rows past h_q are zero and never written out.
   {
     constexpr int kChunksPerRow = Cfg::kDim * 2 / 16;
-    for (int i = tid; i < kRows * kChunksPerRow; i += kAttentionThreads) {
+    for (int i = tid; i < kRows * kChunksPerRow; i += Cfg::kThreads) {
       const int row = i / kChunksPerRow;
       const int chunk = i % kChunksPerRow;
       const int head = head0 + row;
@@ -223,11 +237,11 @@ __global__ void __launch_bounds__(kAttentionThreads, 1)
 
   float row_max = -INFINITY;  // log2 domain, replicated over the row's softmax threads
   float row_sum = 0.0f;
-  float acc[Cfg::kMTiles][8][4];
+  float acc[Cfg::kMTiles][Cfg::kPvTiles][4];
 #pragma unroll
   for (int mt = 0; mt < Cfg::kMTiles; ++mt)
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
+    for (int nt = 0; nt < Cfg::kPvTiles; ++nt)
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.0f;
 
@@ -238,7 +252,7 @@ __global__ void __launch_bounds__(kAttentionThreads, 1)
   constexpr int kStepsPerPart = Cfg::kDim / 16 / Cfg::kDSplit;
 
   // Expands raw tile `tile` into `k_tile` and refills its ring stage. A key's
-  // raw row, flag and K row are touched only by its 8 threads, all in one warp,
+  // raw row, flag and K row are touched only by its threads, all in one warp,
   // so warp barriers order them; block barriers publish the K tile.
   auto expand_tile = [&](int tile, __nv_bfloat16* k_tile) {
     cp_async_wait_pending(lead - 1);  // this thread's part of the tile has landed
@@ -249,7 +263,8 @@ __global__ void __launch_bounds__(kAttentionThreads, 1)
     if (my_part == 0) valid_s[my_key] = flag & 1;
     if (flag & 1) {
       const float fp8_scale = (flag >> 1) == 0 ? p.source[0].fp8_scale : p.source[1].fp8_scale;
-      Loader::dequant(raw_s + stage * Cfg::kRawStageBytes + my_key * Loader::kRawStride, krow, my_part, fp8_scale);
+      Loader::template dequant<kThreadsPerKey>(raw_s + stage * Cfg::kRawStageBytes + my_key * Loader::kRawStride,
+                                               krow, my_part, fp8_scale);
     } else {  // zero rows keep NaN garbage out of P V (P is 0 there, but 0 * NaN is NaN)
       for (int c = my_part; c < Cfg::kDim * 2 / 16; c += kThreadsPerKey) {
         reinterpret_cast<uint4*>(krow)[c] = make_uint4(0, 0, 0, 0);
@@ -350,14 +365,14 @@ __global__ void __launch_bounds__(kAttentionThreads, 1)
     }
     __syncthreads();  // P and the rescale factors ready
 
-    // O = alpha * O + P V over this warp's 64 value columns.
+    // O = alpha * O + P V over this warp's kColumnsPerWarp value columns.
     {
 #pragma unroll
       for (int mt = 0; mt < Cfg::kMTiles; ++mt) {
         const float a_lo = alpha_s[mt * 16 + lane / 4];
         const float a_hi = alpha_s[mt * 16 + lane / 4 + 8];
 #pragma unroll
-        for (int nt = 0; nt < 8; ++nt) {
+        for (int nt = 0; nt < Cfg::kPvTiles; ++nt) {
           acc[mt][nt][0] *= a_lo;
           acc[mt][nt][1] *= a_lo;
           acc[mt][nt][2] *= a_hi;
@@ -372,10 +387,10 @@ __global__ void __launch_bounds__(kAttentionThreads, 1)
           ldmatrix_x4(a[mt], p_s + (mt * 16 + lane % 16) * Cfg::kPStride + kstep * 16 + (lane / 16) * 8);
         }
 #pragma unroll
-        for (int np = 0; np < 4; ++np) {
+        for (int np = 0; np < Cfg::kPvTiles / 2; ++np) {
           std::uint32_t b[4];
-          ldmatrix_x4_trans(b, k_cur + (kstep * 16 + lane % 8 + ((lane / 8) % 2) * 8) * Cfg::kRowStride + warp * 64 +
-                                   np * 16 + (lane / 16) * 8);
+          ldmatrix_x4_trans(b, k_cur + (kstep * 16 + lane % 8 + ((lane / 8) % 2) * 8) * Cfg::kRowStride +
+                                   warp * Cfg::kColumnsPerWarp + np * 16 + (lane / 16) * 8);
 #pragma unroll
           for (int mt = 0; mt < Cfg::kMTiles; ++mt) {
             mma_bf16_16816(acc[mt][2 * np], a[mt], b[0], b[1]);
@@ -429,8 +444,8 @@ __global__ void __launch_bounds__(kAttentionThreads, 1)
         const float inv = 1.0f / l;
         float* out = p.partial_out + ((split * plane) + static_cast<std::int64_t>(token) * p.num_heads + head) * kValueDim;
 #pragma unroll
-        for (int nt = 0; nt < 8; ++nt) {
-          const int col = warp * 64 + nt * 8 + 2 * (lane % 4);
+        for (int nt = 0; nt < Cfg::kPvTiles; ++nt) {
+          const int col = warp * Cfg::kColumnsPerWarp + nt * 8 + 2 * (lane % 4);
           *reinterpret_cast<float2*>(out + col) =
               make_float2(acc[mt][nt][2 * half] * inv, acc[mt][nt][2 * half + 1] * inv);
         }
@@ -439,8 +454,8 @@ __global__ void __launch_bounds__(kAttentionThreads, 1)
         const float inv = l > 0.0f ? 1.0f / (l + exp2f(sink_log2(p, head) - m)) : 0.0f;
         std::uint16_t* out = p.out + token * p.stride_out_t + head * p.stride_out_h;
 #pragma unroll
-        for (int nt = 0; nt < 8; ++nt) {
-          const int col = warp * 64 + nt * 8 + 2 * (lane % 4);
+        for (int nt = 0; nt < Cfg::kPvTiles; ++nt) {
+          const int col = warp * Cfg::kColumnsPerWarp + nt * 8 + 2 * (lane % 4);
           store_bf16_pair(p, out + col, acc[mt][nt][2 * half] * inv, acc[mt][nt][2 * half + 1] * inv);
         }
       }

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# A/B timing of attention-kernel variants in one GPU call, after scripts/gpu-check.sh
+# has configured and built build/gpu (it also unpacks SMLA_GPU_DEPS to /tmp/smla-deps).
+#   bench/cuda/ab_variants.sh OUT_DIR VARIANT...
+# VARIANT is "NAME@DIR" (every file of DIR copied over src/cuda) or
+# "NAME:FILE:SED" (the sed expression applied to src/cuda/FILE). Each variant is
+# built incrementally, its GPU tests run, timed on the decode cases that matter (b = 128), then
+# src/cuda is restored (build/gpu then holds the last variant's objects until the
+# next build); "current" (the tree as carried) is timed first.
+set -uo pipefail
+out=$1
+shift
+deps=/tmp/smla-deps/usr/lib/x86_64-linux-gnu
+export LD_LIBRARY_PATH="$deps/openblas-pthread:$deps${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+saved=$(mktemp -d)
+cp -a src/cuda/. "$saved/"
+build_log=/tmp/ab_build.log
+bench() { build/gpu/bench/cuda/smla_bench_cuda --runs 20 --warmup 3 --check-max-b 0 --no-prefill --json /dev/null "$@"; }
+time_set() {
+  for filter in CONFIG TP-h32 V3.2; do bench --filter "$filter" --b 128; done 2>&1 |
+    grep -vE "^(device|mma|case)" | sed "s/^/$1 /" | tee -a "$out/ab.log"
+}
+time_set current
+for variant in "$@"; do
+  name=${variant%%[@:]*}
+  if [[ $variant == *@* ]]; then
+    cp "${variant#*@}"/* src/cuda/
+  else
+    rest=${variant#*:}
+    sed -i "${rest#*:}" "src/cuda/${rest%%:*}"
+  fi
+  if cmake --build build/gpu -j "$(nproc)" --target smla_bench_cuda cuda_attention_test >"$build_log" 2>&1; then
+    build/gpu/tests/unit/cuda/cuda_attention_test --gtest_brief=1 2>&1 | grep -E "PASSED|FAILED" | head -3 |
+      sed "s/^/$name tests: /" | tee -a "$out/ab.log"
+    time_set "$name"
+  else
+    echo "$name: BUILD FAILED" | tee -a "$out/ab.log"
+    tail -5 "$build_log"
+  fi
+  find "$saved" -maxdepth 1 -type f -exec cp {} src/cuda/ \;  # fresh mtimes: the next build sees the change
+done
+rm -rf "$saved"

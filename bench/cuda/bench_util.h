@@ -1,0 +1,137 @@
+// Shared pieces of smla_bench_cuda: synthetic paged caches, host<->device
+// copies and the timing protocol (256 MB L2 flush per run, CUDA events,
+// median after warm-up), used by the decode and the prefill case sets.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <random>
+#include <stdexcept>
+#include <vector>
+
+#include "bench/cuda/synthetic_fill.h"
+#include "smla/attention.h"
+#include "smla/kv_format.h"
+#include "tests/unit/cuda/device_copy.h"
+
+namespace smla::bench {
+
+using cudatest::check_cuda;
+using cudatest::DeviceBuffer;
+
+inline constexpr std::size_t kFlushBytes = 256u << 20;
+
+// One cache on the device: b requests of `context` tokens each, block tables random.
+struct SyntheticCache {
+  KvFormat format = KvFormat::kV4Fp8;
+  std::int64_t page_size = 0, pages_per_request = 0, num_pages = 0, page_stride = 0;
+  DeviceBuffer pages;
+  std::vector<std::int64_t> block_table;  // [request * pages_per_request + logical] -> physical page
+
+  KvCacheView view() const {
+    const KvFormatInfo info = kv_format_info(format);
+    KvCacheView cache;
+    cache.format = format;
+    cache.pages = TensorView::strided(pages.data(), DType::kU8, {num_pages, page_size, info.row_elements},
+                                      {page_stride, info.row_elements, 1}, cudatest::current_cuda_device());
+    return cache;
+  }
+  // Global slot of `position` in `request`'s context.
+  std::int32_t slot(std::int64_t request, std::int64_t position) const {
+    const std::int64_t page = block_table[static_cast<std::size_t>(request * pages_per_request + position / page_size)];
+    return static_cast<std::int32_t>(page * page_size + position % page_size);
+  }
+};
+
+inline SyntheticCache make_cache(KvFormat format, std::int64_t b, std::int64_t context, std::int64_t page_size,
+                                 std::mt19937_64& rng, std::uint64_t seed) {
+  SyntheticCache cache;
+  cache.format = format;
+  cache.page_size = page_size;
+  cache.pages_per_request = (context + page_size - 1) / page_size;
+  cache.num_pages = b * cache.pages_per_request;
+  cache.page_stride = visit_kv_format(format, [&](auto traits) { return decltype(traits)::page_bytes(page_size); });
+  cache.pages = DeviceBuffer(static_cast<std::size_t>(cache.num_pages * cache.page_stride));
+  check_cuda(fill_fp8_pages(format, static_cast<std::uint8_t*>(cache.pages.data()), cache.num_pages, page_size,
+                            cache.page_stride, seed, nullptr),
+             "fill pages");
+  cache.block_table.resize(static_cast<std::size_t>(cache.num_pages));
+  for (std::int64_t i = 0; i < cache.num_pages; ++i) cache.block_table[static_cast<std::size_t>(i)] = i;
+  std::shuffle(cache.block_table.begin(), cache.block_table.end(), rng);
+  return cache;
+}
+
+// `count` distinct random values of [0, range) per call; a partial Fisher-Yates
+// over a permutation kept between calls (any permutation works as the start).
+class DistinctPicker {
+ public:
+  explicit DistinctPicker(std::int64_t range) : pool_(static_cast<std::size_t>(range)) {
+    for (std::int64_t i = 0; i < range; ++i) pool_[static_cast<std::size_t>(i)] = i;
+  }
+  template <class Emit>
+  void pick(std::int64_t count, std::mt19937_64& rng, Emit&& emit) {
+    const std::int64_t range = static_cast<std::int64_t>(pool_.size());
+    for (std::int64_t k = 0; k < count; ++k) {
+      std::uniform_int_distribution<std::int64_t> choose(k, range - 1);
+      std::swap(pool_[static_cast<std::size_t>(k)], pool_[static_cast<std::size_t>(choose(rng))]);
+      emit(pool_[static_cast<std::size_t>(k)]);
+    }
+  }
+
+ private:
+  std::vector<std::int64_t> pool_;
+};
+
+template <class T>
+DeviceBuffer upload(const std::vector<T>& host) {
+  DeviceBuffer buffer(host.size() * sizeof(T));
+  if (!host.empty()) {
+    check_cuda(cudaMemcpy(buffer.data(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), "upload");
+  }
+  return buffer;
+}
+
+inline std::vector<std::uint8_t> download(const DeviceBuffer& buffer) {
+  std::vector<std::uint8_t> host(buffer.bytes());
+  check_cuda(cudaMemcpy(host.data(), buffer.data(), buffer.bytes(), cudaMemcpyDeviceToHost), "download");
+  return host;
+}
+
+inline TensorView on_host(TensorView view, void* data) {
+  view.data = data;
+  view.device = Device{};
+  return view;
+}
+
+// Times `enqueue(stream)` with CUDA events: per run a 256 MB memset flushes L2
+// first; returns the sorted times (us) of the runs after the warm-up.
+template <class Enqueue>
+std::vector<float> time_runs(int warmup, int runs, Enqueue&& enqueue) {
+  DeviceBuffer flush(kFlushBytes);
+  cudaStream_t stream = nullptr;
+  check_cuda(cudaStreamCreate(&stream), "stream");
+  cudaEvent_t start = nullptr, stop = nullptr;
+  check_cuda(cudaEventCreate(&start), "event");
+  check_cuda(cudaEventCreate(&stop), "event");
+  std::vector<float> times;
+  for (int run = 0; run < warmup + runs; ++run) {
+    check_cuda(cudaMemsetAsync(flush.data(), run & 0xFF, kFlushBytes, stream), "flush");
+    check_cuda(cudaEventRecord(start, stream), "record");
+    enqueue(stream);
+    check_cuda(cudaEventRecord(stop, stream), "record");
+    check_cuda(cudaEventSynchronize(stop), "sync");
+    float ms = 0.0f;
+    check_cuda(cudaEventElapsedTime(&ms, start, stop), "elapsed");
+    if (run >= warmup) times.push_back(ms * 1000.0f);
+  }
+  check_cuda(cudaDeviceSynchronize(), "sync");
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  cudaStreamDestroy(stream);
+  std::sort(times.begin(), times.end());
+  return times;
+}
+
+}  // namespace smla::bench

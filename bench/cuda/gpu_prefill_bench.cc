@@ -1,0 +1,182 @@
+#include "bench/cuda/gpu_prefill_bench.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <fstream>
+#include <stdexcept>
+
+#include "bench/cuda/bench_util.h"
+#include "smla/cuda.h"
+
+namespace smla::bench {
+namespace {
+
+// H100 SXM5 dense bf16 datasheet figure (shared/spec/kernel_notes.md section 6).
+constexpr double kDatasheetBf16Tflops = 989.0;
+
+KvFormat format_of(const PrefillCase& c) {
+  auto format = parse_kv_format(c.format);
+  if (!format) throw std::runtime_error(format.status().to_string());
+  return *format;
+}
+
+struct Timing {
+  double median_us = 0.0, min_us = 0.0, max_us = 0.0;
+};
+
+template <class Enqueue>
+Timing time_case(int warmup, int runs, Enqueue&& enqueue) {
+  const std::vector<float> times = time_runs(warmup, runs, enqueue);
+  return {times[times.size() / 2], times.front(), times.back()};
+}
+
+// cuda_sparse_prefill over a flat bf16 workspace of s_kv rows; returns the timing.
+Timing run_flat(const PrefillCase& c, int d_qk, int warmup, int runs, std::uint64_t seed, DeviceBuffer& q) {
+  std::mt19937_64 rng(seed);
+  const Device device = cudatest::current_cuda_device();
+  DeviceBuffer kv(static_cast<std::size_t>(c.s_kv * d_qk * 2));
+  check_cuda(fill_bf16(static_cast<std::uint16_t*>(kv.data()), c.s_kv * d_qk, seed + 7, nullptr), "fill kv");
+  std::vector<std::int32_t> indices;
+  indices.reserve(static_cast<std::size_t>(c.s_q * c.topk));
+  DistinctPicker picker(c.s_kv);
+  for (std::int64_t t = 0; t < c.s_q; ++t) {
+    picker.pick(c.topk, rng, [&](std::int64_t position) { indices.push_back(static_cast<std::int32_t>(position)); });
+  }
+  DeviceBuffer d_indices = upload(indices);
+  std::vector<float> sink(static_cast<std::size_t>(c.h_q));
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (float& s : sink) s = normal(rng);
+  DeviceBuffer d_sink = upload(sink);
+  DeviceBuffer out(static_cast<std::size_t>(c.s_q * c.h_q * 512 * 2));
+  DeviceBuffer lse(static_cast<std::size_t>(c.s_q * c.h_q * 4));
+  DeviceBuffer max_logits(static_cast<std::size_t>(c.s_q * c.h_q * 4));
+
+  SparsePrefillArgs args;
+  args.q = TensorView::contiguous(q.data(), DType::kBF16, {c.s_q, c.h_q, d_qk}, device);
+  args.kv = TensorView::contiguous(kv.data(), DType::kBF16, {c.s_kv, d_qk}, device);
+  args.indices = TensorView::contiguous(d_indices.data(), DType::kI32, {c.s_q, c.topk}, device);
+  args.sink = TensorView::contiguous(d_sink.data(), DType::kF32, {c.h_q}, device);
+  args.softmax_scale = 1.0f / std::sqrt(512.0f);
+  args.out = TensorView::contiguous(out.data(), DType::kBF16, {c.s_q, c.h_q, 512}, device);
+  args.lse = TensorView::contiguous(lse.data(), DType::kF32, {c.s_q, c.h_q}, device);
+  args.max_logits = TensorView::contiguous(max_logits.data(), DType::kF32, {c.s_q, c.h_q}, device);
+  auto workspace_bytes = cuda_sparse_prefill_workspace_size(args);
+  if (!workspace_bytes) throw std::runtime_error(workspace_bytes.status().to_string());
+  DeviceBuffer workspace(*workspace_bytes);
+  return time_case(warmup, runs, [&](cudaStream_t stream) {
+    const Status status = cuda_sparse_prefill(args, workspace.data(), *workspace_bytes, stream);
+    if (!status.ok()) throw std::runtime_error(status.to_string());
+  });
+}
+
+// The whole prefill from the FP8 paged caches (one request of s_kv tokens whose
+// last s_q tokens are the queries).
+Timing run_direct(const PrefillCase& c, KvFormat format, int d_qk, int warmup, int runs, std::uint64_t seed,
+                  DeviceBuffer& q) {
+  std::mt19937_64 rng(seed);
+  const Device device = cudatest::current_cuda_device();
+  const bool v4 = format == KvFormat::kV4Fp8;
+  SyntheticCache main_cache = make_cache(format, 1, c.s_kv, v4 ? 256 : 64, rng, seed + 1);
+  std::vector<std::int32_t> main_indices, extra_indices;
+  SyntheticCache extra_cache;
+  std::int64_t main_topk = c.topk;
+  if (v4) {
+    main_topk = c.window;
+    for (std::int64_t t = 0; t < c.s_q; ++t) {
+      const std::int64_t position = c.s_kv - c.s_q + t;
+      for (std::int64_t w = c.window - 1; w >= 0; --w) {
+        main_indices.push_back(position - w >= 0 ? main_cache.slot(0, position - w) : -1);
+      }
+    }
+    const std::int64_t compressed = std::max(c.s_kv / c.compress_ratio, c.topk);
+    extra_cache = make_cache(format, 1, compressed, 64, rng, seed + 2);
+    DistinctPicker picker(compressed);
+    for (std::int64_t t = 0; t < c.s_q; ++t) {
+      picker.pick(c.topk, rng, [&](std::int64_t p) { extra_indices.push_back(extra_cache.slot(0, p)); });
+    }
+  } else {
+    DistinctPicker picker(c.s_kv);
+    for (std::int64_t t = 0; t < c.s_q; ++t) {
+      picker.pick(c.topk, rng, [&](std::int64_t p) { main_indices.push_back(main_cache.slot(0, p)); });
+    }
+  }
+  DeviceBuffer d_main = upload(main_indices), d_extra = upload(extra_indices);
+  std::vector<float> sink(static_cast<std::size_t>(c.h_q));
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (float& s : sink) s = normal(rng);
+  DeviceBuffer d_sink = upload(sink);
+  DeviceBuffer out(static_cast<std::size_t>(c.s_q * c.h_q * 512 * 2));
+  DeviceBuffer lse(static_cast<std::size_t>(c.s_q * c.h_q * 4));
+
+  SparseDecodeArgs args;
+  args.q = TensorView::contiguous(q.data(), DType::kBF16, {c.s_q, c.h_q, d_qk}, device);
+  args.main_cache = main_cache.view();
+  args.main_indices = TensorView::contiguous(d_main.data(), DType::kI32, {c.s_q, main_topk}, device);
+  if (v4) {
+    args.extra_cache = extra_cache.view();
+    args.extra_indices = TensorView::contiguous(d_extra.data(), DType::kI32, {c.s_q, c.topk}, device);
+  }
+  args.sink = TensorView::contiguous(d_sink.data(), DType::kF32, {c.h_q}, device);
+  args.softmax_scale = 1.0f / std::sqrt(512.0f);
+  args.out = TensorView::contiguous(out.data(), DType::kBF16, {c.s_q, c.h_q, 512}, device);
+  args.lse = TensorView::contiguous(lse.data(), DType::kF32, {c.s_q, c.h_q}, device);
+  auto workspace_bytes = cuda_sparse_decode_workspace_size(args);
+  if (!workspace_bytes) throw std::runtime_error(workspace_bytes.status().to_string());
+  DeviceBuffer workspace(*workspace_bytes);
+  return time_case(warmup, runs, [&](cudaStream_t stream) {
+    const Status status = cuda_sparse_decode(args, workspace.data(), *workspace_bytes, stream);
+    if (!status.ok()) throw std::runtime_error(status.to_string());
+  });
+}
+
+}  // namespace
+
+std::vector<PrefillCase> load_prefill_cases(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("cannot open " + path);
+  const nlohmann::json doc = nlohmann::json::parse(in);
+  std::vector<PrefillCase> cases;
+  for (const auto& j : doc.at("cases")) {
+    PrefillCase c;
+    c.label = j.at("label").get<std::string>();
+    c.mode = j.value("mode", std::string("flat"));
+    c.format = j.value("format", std::string("v4-fp8"));
+    c.s_q = j.value("s_q", 4096);
+    c.h_q = j.at("h_q");
+    c.s_kv = j.at("s_kv");
+    c.topk = j.at("topk");
+    c.window = j.value("window", 0);
+    c.compress_ratio = j.value("compress_ratio", 4);
+    c.peer_us = j.value("peer_us", 0.0);
+    if (c.mode != "flat" && c.mode != "direct") throw std::runtime_error("prefill case mode must be flat or direct");
+    cases.push_back(c);
+  }
+  return cases;
+}
+
+nlohmann::json run_prefill_case(const PrefillCase& c, int warmup, int runs, std::uint64_t seed, double ceiling_tflops) {
+  const KvFormat format = format_of(c);
+  const int d_qk = kv_format_info(format).head_dim;
+  DeviceBuffer q(static_cast<std::size_t>(c.s_q * c.h_q * d_qk * 2));
+  check_cuda(fill_bf16(static_cast<std::uint16_t*>(q.data()), c.s_q * c.h_q * d_qk, seed + 3, nullptr), "fill q");
+  const Timing timing = c.mode == "flat" ? run_flat(c, d_qk, warmup, runs, seed, q)
+                                         : run_direct(c, format, d_qk, warmup, runs, seed, q);
+  // FlashMLA prefill basis: FLOP = 2 * s_q * attended * h_q * (d_qk + d_v); a
+  // window entry before position 0 (-1) is not attended.
+  const std::int64_t window = c.mode == "direct" && format == KvFormat::kV4Fp8 ? c.window : 0;
+  double attended = static_cast<double>(c.s_q) * static_cast<double>(c.topk);
+  for (std::int64_t t = 0; t < c.s_q && window > 0; ++t) {
+    attended += static_cast<double>(std::min<std::int64_t>(window, c.s_kv - c.s_q + t + 1));
+  }
+  const double flop = 2.0 * attended * static_cast<double>(c.h_q) * (d_qk + 512);
+  const double tflops = flop / (timing.median_us * 1e-6) / 1e12;
+  return {{"label", c.label}, {"mode", c.mode}, {"format", c.format}, {"s_q", c.s_q}, {"h_q", c.h_q},
+          {"s_kv", c.s_kv}, {"topk", c.topk}, {"window", window}, {"median_us", timing.median_us},
+          {"min_us", timing.min_us}, {"max_us", timing.max_us}, {"runs", runs}, {"flop", flop},
+          {"tflops", tflops}, {"pct_mma_sync_ceiling", 100.0 * tflops / ceiling_tflops},
+          {"pct_datasheet_bf16", 100.0 * tflops / kDatasheetBf16Tflops}, {"peer_us", c.peer_us},
+          {"vs_peer_throughput", c.peer_us > 0 ? c.peer_us / timing.median_us : 0.0}};
+}
+
+}  // namespace smla::bench

@@ -1,0 +1,77 @@
+#include "bench/cuda/mma_ceiling.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "src/cuda/ptx.cuh"
+
+namespace smla::bench {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kBlocksPerSm = 4;  // 8 warps per scheduler: enough to keep the tensor pipe fed
+constexpr int kChains = 8;       // independent accumulators per warp
+constexpr int kIterations = 1024;
+constexpr double kFlopPerMma = 2.0 * 16 * 8 * 16;
+
+__global__ void __launch_bounds__(kThreads) mma_loop_kernel(float* sink, int iterations) {
+  // Finite bf16 operands (1.0 and ~5e-4) derived from the thread id so the
+  // compiler cannot fold them; the accumulators stay far from overflow.
+  const std::uint32_t a_word = 0x3F803F80u ^ (threadIdx.x & 1u);
+  const std::uint32_t a[4] = {a_word, a_word, a_word, a_word};
+  const std::uint32_t b0 = 0x3A003A00u ^ (threadIdx.x & 2u), b1 = 0x3A003A00u;
+  float acc[kChains][4] = {};
+  for (int i = 0; i < iterations; ++i) {
+#pragma unroll
+    for (int c = 0; c < kChains; ++c) cuda::mma_bf16_16816(acc[c], a, b0, b1);
+  }
+  float total = 0.0f;
+#pragma unroll
+  for (int c = 0; c < kChains; ++c) total += acc[c][0] + acc[c][1] + acc[c][2] + acc[c][3];
+  if (total == -1.0f) sink[threadIdx.x] = total;  // never true; keeps the loop observable
+}
+
+void check(cudaError_t error, const char* what) {
+  if (error != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(error));
+}
+
+}  // namespace
+
+MmaCeiling measure_mma_sync_ceiling(int warmup, int runs) {
+  int device = 0, sms = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "sm count");
+  float* sink = nullptr;
+  check(cudaMalloc(&sink, kThreads * sizeof(float)), "cudaMalloc");
+  cudaEvent_t start = nullptr, stop = nullptr;
+  check(cudaEventCreate(&start), "event");
+  check(cudaEventCreate(&stop), "event");
+  const int blocks = sms * kBlocksPerSm;
+  std::vector<float> times;
+  for (int run = 0; run < warmup + runs; ++run) {
+    check(cudaEventRecord(start), "record");
+    mma_loop_kernel<<<blocks, kThreads>>>(sink, kIterations);
+    check(cudaGetLastError(), "mma loop launch");
+    check(cudaEventRecord(stop), "record");
+    check(cudaEventSynchronize(stop), "sync");
+    float ms = 0.0f;
+    check(cudaEventElapsedTime(&ms, start, stop), "elapsed");
+    if (run >= warmup) times.push_back(ms * 1000.0f);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  cudaFree(sink);
+  std::sort(times.begin(), times.end());
+  MmaCeiling ceiling;
+  ceiling.median_us = times[times.size() / 2];
+  const double mmas = static_cast<double>(blocks) * (kThreads / 32) * kIterations * kChains;
+  ceiling.tflops = mmas * kFlopPerMma / (ceiling.median_us * 1e-6) / 1e12;
+  return ceiling;
+}
+
+}  // namespace smla::bench
