@@ -58,11 +58,13 @@ sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-san
 for test_name in $tests; do
   test_bin=build/gpu/tests/unit/cuda/$test_name
   step "GPU tests: $test_name"
-  if ! "$test_bin" --gtest_brief=1 ${SMLA_GTEST_FILTER:+--gtest_filter="$SMLA_GTEST_FILTER"} 2>&1 \
-       | tee "$out/tests_$test_name.log" | tail -25; then
+  test_log=$(mktemp)
+  if ! "$test_bin" --gtest_brief=1 ${SMLA_GTEST_FILTER:+--gtest_filter="$SMLA_GTEST_FILTER"} >"$test_log" 2>&1; then
     status=1
   fi
-  grep -qE "FAILED|SKIPPED" "$out/tests_$test_name.log" && status=1
+  tail -25 "$test_log"
+  grep -qE "FAILED|SKIPPED" "$test_log" && status=1
+  { echo "== $test_name"; cat "$test_log"; } >>"$out/tests.log"
   [[ "${SMLA_SKIP_SANITIZER:-0}" == 1 ]] && continue
   # Racecheck is slow: for the attention test, the cases that cover every kernel variant family and the combine.
   race_filter="*"
@@ -71,14 +73,17 @@ for test_name in $tests; do
   for tool in memcheck racecheck initcheck; do
     filter=${SMLA_GTEST_FILTER:-*}
     [[ $tool == racecheck && -z "${SMLA_GTEST_FILTER:-}" ]] && filter=$race_filter
+    sanitizer_log=$(mktemp)
     if ! timeout 300 "$sanitizer" --tool "$tool" --error-exitcode 9 "$test_bin" --gtest_brief=1 --gtest_filter="$filter" \
-         >"$out/sanitizer_${test_name}_$tool.log" 2>&1; then
+         >"$sanitizer_log" 2>&1; then
       status=1
       echo "$test_name $tool: FAILED"
     else
       echo "$test_name $tool: clean"
     fi
-    grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Uninitialized|Invalid|Race" "$out/sanitizer_${test_name}_$tool.log" | sort | uniq -c | head -8
+    grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Uninitialized|Invalid|Race" "$sanitizer_log" | sort | uniq -c | head -8
+    # One file for every sanitizer run: the device tool returns at most 8 files.
+    { echo "== $test_name $tool"; head -c 2000000 "$sanitizer_log"; } >>"$out/sanitizer.log"
   done
 done
 
@@ -91,11 +96,12 @@ if [[ "${SMLA_SKIP_BENCH:-0}" != 1 ]]; then
 fi
 if [[ -n "${SMLA_GPU_PROFILE:-}" ]]; then
   read -r profile_label profile_b <<<"$SMLA_GPU_PROFILE"
+  # SMLA_GPU_PROFILE_METRICS adds ncu metrics, e.g. "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio".
   step "ncu on $profile_label b=$profile_b"
   ncu_bin=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
   timeout 300 "$ncu_bin" -k regex:sparse_attention_kernel -c 1 --section SpeedOfLight --section WarpStateStats \
     --section SchedulerStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section Occupancy \
-    build/gpu/bench/cuda/smla_bench_cuda --filter "$profile_label" --b "$profile_b" --runs 1 --warmup 0 \
+    ${SMLA_GPU_PROFILE_METRICS:+--metrics "$SMLA_GPU_PROFILE_METRICS"} build/gpu/bench/cuda/smla_bench_cuda --filter "$profile_label" --b "$profile_b" --runs 1 --warmup 0 \
     --check-max-b 0 --json /dev/null >"$out/ncu.log" 2>&1 || status=1
   grep -E "Duration|Throughput|Stall|Issue|Occupancy|Pipe|Bank|Registers|Shared Memory" "$out/ncu.log" | head -60
 fi
