@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "smla/backend.h"
+#include "smla/cuda_model.h"
 #include "smla/kv_format.h"
 #include "smla/model.h"
 #include "tools/smla/commands.h"
@@ -61,12 +62,222 @@ Expected<std::vector<std::int64_t>> parse_prompts(const std::string& text) {
   return lengths;
 }
 
+struct ScenarioBatch {
+  std::vector<StepEntry> entries;
+  std::int64_t prefill_tokens = 0, decode_tokens = 0;
+};
+
+// The next step of the scenario.
+ScenarioBatch next_batch(std::vector<RequestProgress>& requests, const DemoOptions& opt) {
+  ScenarioBatch next;
+  std::vector<StepEntry>& batch = next.entries;
+  // Decode-first batch (spec 3.1): finished prefills decode 2 tokens (the
+  // token and its MTP draft), then prefill chunks fill the token budget.
+  std::int64_t budget = opt.chunk_tokens;
+  for (auto& r : requests) {
+    if (r.prefilled == r.prompt && r.decodes < opt.decode_steps && budget >= 2) {
+      batch.push_back({r.id, 2});
+      budget -= 2;
+      next.decode_tokens += 2;
+    }
+  }
+  for (auto& r : requests) {
+    if (r.prefilled < r.prompt && budget > 0) {
+      const std::int64_t n = std::min(budget, r.prompt - r.prefilled);
+      // A 1-2 token chunk would be classified as a decode; keep prefills longer.
+      if (n <= 2 && r.prompt - r.prefilled > 2) continue;
+      batch.push_back({r.id, static_cast<int>(n)});
+      budget -= n;
+      next.prefill_tokens += n;
+    }
+  }
+  // Short final prefill chunks (<= 2 tokens) count as decodes: keep them in front.
+  std::stable_partition(batch.begin(), batch.end(), [](const StepEntry& e) { return e.query_len <= 2; });
+  return next;
+}
+
+void record_progress(std::vector<RequestProgress>& requests, const std::vector<StepEntry>& batch) {
+  for (const auto& e : batch) {
+    for (auto& r : requests) {
+      if (r.id != e.request) continue;
+      if (r.prefilled < r.prompt) {
+        r.prefilled += e.query_len;
+      } else {
+        ++r.decodes;
+      }
+    }
+  }
+}
+
 void print_progress(std::int64_t done, std::int64_t total, int step, double seconds) {
   constexpr int kWidth = 30;
   const int filled = total > 0 ? static_cast<int>(kWidth * done / total) : kWidth;
   fmt::print(stderr, "\r[{}{}] {:3d}% step {:3d}  {:.1f}s", std::string(static_cast<std::size_t>(filled), '#'),
              std::string(static_cast<std::size_t>(kWidth - filled), '.'), total > 0 ? 100 * done / total : 100, step,
              seconds);
+}
+
+// Prints the per-layer-type verification; the exit code (1 past tolerance).
+int report_verification(const DemoOptions& opt, std::int64_t verified_rows, const std::map<LayerType, double>& max_err) {
+  if (!opt.verify) {
+    fmt::print("verification: skipped (--no-verify)\n");
+    return 0;
+  }
+  bool pass = true;
+  fmt::print("verification: {} sampled attention rows vs the float64 reference (tolerance {:g}):\n", verified_rows,
+             opt.tolerance);
+  for (const auto& [type, err] : max_err) {
+    const bool ok = err <= opt.tolerance;
+    pass = pass && ok;
+    fmt::print("  {:9s} max abs err {:.3e}  {}\n", layer_type_name(type), err, ok ? "ok" : "FAIL");
+  }
+  fmt::print("{}\n", pass ? "PASS" : "FAIL: attention output beyond tolerance");
+  return pass ? 0 : 1;
+}
+
+// Mean of a list of seconds (0 when empty).
+double mean_of(const std::vector<double>& values) {
+  double sum = 0.0;
+  for (double v : values) sum += v;
+  return values.empty() ? 0.0 : sum / static_cast<double>(values.size());
+}
+
+// `--backend cuda`: the same scenario on CudaModel (every layer on the GPU),
+// then timed decode steps of all requests, eager and replayed from a
+// whole-step CUDA graph. Step times are device times (cudaEvent) unless
+// marked wall.
+int run_cuda_demo(const DemoOptions& opt, const ModelConfig& config, ModelOptions model_options,
+                  const std::vector<std::int64_t>& prompts) {
+  using clock = std::chrono::steady_clock;
+  auto fail = [](const Status& s) {
+    fmt::print(stderr, "smla demo: {}\n", s.to_string());
+    return s.code() == StatusCode::kInvalidArgument || s.code() == StatusCode::kOutOfRange ? 2 : 1;
+  };
+  constexpr int kTimedSteps = 8;  // extra decode steps of every request, eager and graph-replayed
+  model_options.max_model_len += 2 * 2 * kTimedSteps;
+  const auto t_load = clock::now();
+  auto model = CudaModel::create(config, model_options);
+  if (!model) {
+    fmt::print(stderr, "smla demo: the cuda backend is not usable here: {}\n", model.status().to_string());
+    return 1;
+  }
+  CudaModel& m = **model;
+  fmt::print("  synthetic weights (seed {}) and device caches ready in {:.2f}s\n", opt.seed,
+             std::chrono::duration<double>(clock::now() - t_load).count());
+
+  std::vector<RequestProgress> requests;
+  for (auto p : prompts) {
+    auto id = m.add_request();
+    if (!id) return fail(id.status());
+    requests.push_back(RequestProgress{*id, p, 0, 0});
+  }
+  const int hidden = config.hidden;
+  std::mt19937_64 rng(opt.seed ^ 0x5EEDu);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  auto random_x = [&](std::int64_t tokens) {
+    std::vector<float> x(static_cast<std::size_t>(tokens * hidden));
+    for (float& v : x) v = uniform(rng);
+    return x;
+  };
+
+  std::int64_t prefill_tokens = 0, decode_tokens = 0;
+  std::vector<double> prefill_step_s, decode_step_s;
+  StepStats stats;
+  std::map<LayerType, double> max_err;
+  std::int64_t verified_rows = 0;
+  int step = 0;
+  const auto t_start = clock::now();
+  while (true) {
+    const ScenarioBatch next = next_batch(requests, opt);
+    if (next.entries.empty()) break;
+    const std::int64_t T = next.prefill_tokens + next.decode_tokens;
+    std::vector<float> x = random_x(T), out(x.size());
+    Status s = m.step(next.entries, TensorView::contiguous(x.data(), DType::kF32, {T, hidden}),
+                      TensorView::contiguous(out.data(), DType::kF32, {T, hidden}), opt.verify, &stats);
+    if (!s.ok()) return fail(s);
+    record_progress(requests, next.entries);
+    if (next.prefill_tokens > 0) {
+      prefill_step_s.push_back(m.last_timing().step_s);
+    } else {
+      decode_step_s.push_back(m.last_timing().step_s);
+    }
+    prefill_tokens += next.prefill_tokens;
+    decode_tokens += next.decode_tokens;
+    for (const LayerCheck& c : stats.checks) {
+      max_err[c.type] = std::max(max_err[c.type], c.max_abs_err);
+      verified_rows += c.rows;
+    }
+    stats.checks.clear();
+    ++step;
+  }
+  const double scenario_s = std::chrono::duration<double>(clock::now() - t_start).count();
+  fmt::print("\n{} steps, {} tokens in {:.2f}s wall ({:.2f}s of it verification on the host)\n", step,
+             prefill_tokens + decode_tokens, scenario_s, stats.verify_s);
+  double prefill_device_s = 0.0;
+  for (double v : prefill_step_s) prefill_device_s += v;
+  fmt::print("  prefill: {:6d} tokens in {} steps, {:.3f} ms/step device, {:8.1f} tokens/s (device)\n", prefill_tokens,
+             prefill_step_s.size(), mean_of(prefill_step_s) * 1e3,
+             prefill_device_s > 0 ? static_cast<double>(prefill_tokens) / prefill_device_s : 0.0);
+
+  double decode_device_s = 0.0;
+  for (double v : decode_step_s) decode_device_s += v;
+  fmt::print("  decode:  {:6d} tokens in {} steps, {:.3f} ms/step device, {:8.1f} tokens/s (device)\n", decode_tokens,
+             decode_step_s.size(), mean_of(decode_step_s) * 1e3,
+             decode_device_s > 0 ? static_cast<double>(decode_tokens) / decode_device_s : 0.0);
+
+  // Timed decode steps of all requests: eager (no verification), then the graph.
+  const auto R = static_cast<int>(requests.size());
+  std::vector<StepEntry> decode_batch;
+  for (const auto& r : requests) decode_batch.push_back({r.id, 2});
+  const std::int64_t T = 2 * static_cast<std::int64_t>(R);
+  if (T <= opt.chunk_tokens) {
+    std::vector<double> eager_s, eager_wall_s, graph_s, graph_wall_s;
+    StepStats timed_stats;
+    for (int i = 0; i < kTimedSteps; ++i) {
+      std::vector<float> x = random_x(T), out(x.size());
+      const auto t0 = clock::now();
+      Status s = m.step(decode_batch, TensorView::contiguous(x.data(), DType::kF32, {T, hidden}),
+                        TensorView::contiguous(out.data(), DType::kF32, {T, hidden}), false, &timed_stats);
+      if (!s.ok()) return fail(s);
+      eager_wall_s.push_back(std::chrono::duration<double>(clock::now() - t0).count());
+      eager_s.push_back(m.last_timing().step_s);
+    }
+    if (Status s = m.capture_decode_graph(R); !s.ok()) return fail(s);
+    for (int i = 0; i < kTimedSteps; ++i) {
+      std::vector<float> x = random_x(T), out(x.size());
+      const auto t0 = clock::now();
+      Status s = m.replay_decode_graph(decode_batch, TensorView::contiguous(x.data(), DType::kF32, {T, hidden}),
+                                       TensorView::contiguous(out.data(), DType::kF32, {T, hidden}));
+      if (!s.ok()) return fail(s);
+      graph_wall_s.push_back(std::chrono::duration<double>(clock::now() - t0).count());
+      graph_s.push_back(m.last_timing().step_s);
+    }
+    // The first eager step after the scenario may still warm caches: drop it.
+    eager_s.erase(eager_s.begin());
+    eager_wall_s.erase(eager_wall_s.begin());
+    graph_s.erase(graph_s.begin());
+    graph_wall_s.erase(graph_wall_s.begin());
+    fmt::print("decode step ({} requests x 2 tokens, mean of {} steps):\n", R, kTimedSteps - 1);
+    fmt::print("  eager:          {:8.3f} ms device  {:8.3f} ms wall  {:9.1f} tokens/s (device)\n",
+               mean_of(eager_s) * 1e3, mean_of(eager_wall_s) * 1e3, static_cast<double>(T) / mean_of(eager_s));
+    fmt::print("  graph replay:   {:8.3f} ms device  {:8.3f} ms wall  {:9.1f} tokens/s (device)\n",
+               mean_of(graph_s) * 1e3, mean_of(graph_wall_s) * 1e3, static_cast<double>(T) / mean_of(graph_s));
+    fmt::print("phases of the eager decode steps (all layers, device):\n");
+    for (const auto& [name, seconds] : {std::pair{"projections (cuBLASLt)", timed_stats.projection_s},
+                                        std::pair{"q/kv prep + compressors", timed_stats.cache_write_s},
+                                        std::pair{"metadata + indexer + transforms", timed_stats.indexer_s},
+                                        std::pair{"sparse attention", timed_stats.attention_s},
+                                        std::pair{"output projection + residual", timed_stats.output_s}}) {
+      fmt::print("  {:34s} {:8.3f} ms/step\n", name, seconds * 1e3 / kTimedSteps);
+    }
+  } else {
+    fmt::print("decode timing skipped: {} requests x 2 tokens exceed the {} token budget\n", R, opt.chunk_tokens);
+  }
+  const double mib = 1024.0 * 1024.0;
+  fmt::print("KV cache: {:.2f} MiB used of {:.2f} MiB reserved on the device ({} layers, SWA + compressed + indexer keys)\n",
+             static_cast<double>(m.kv_cache_bytes_used()) / mib, static_cast<double>(m.kv_cache_bytes_reserved()) / mib,
+             config.compress_ratios.size());
+  return report_verification(opt, verified_rows, max_err);
 }
 
 int run_demo(const DemoOptions& opt) {
@@ -104,6 +315,7 @@ int run_demo(const DemoOptions& opt) {
   fmt::print("  backend {}, kv format {}, {} requests (prompts {}), chunk {} tokens, {} MTP decode steps (s_q = 2)\n",
              backend_name(resolved), kv_format_name(*format), prompts->size(), opt.prompts, opt.chunk_tokens,
              opt.decode_steps);
+  if (resolved == Backend::kCuda) return run_cuda_demo(opt, *config, model_options, *prompts);
 
   const auto t_load = clock::now();
   auto model = Model::create(*config, model_options);
@@ -131,30 +343,10 @@ int run_demo(const DemoOptions& opt) {
   int step = 0;
   const auto t_start = clock::now();
   while (true) {
-    // Decode-first batch (spec 3.1): finished prefills decode 2 tokens (the
-    // token and its MTP draft), then prefill chunks fill the token budget.
-    std::vector<StepEntry> batch;
-    std::int64_t budget = opt.chunk_tokens, step_prefill = 0, step_decode = 0;
-    for (auto& r : requests) {
-      if (r.prefilled == r.prompt && r.decodes < opt.decode_steps && budget >= 2) {
-        batch.push_back({r.id, 2});
-        budget -= 2;
-        step_decode += 2;
-      }
-    }
-    for (auto& r : requests) {
-      if (r.prefilled < r.prompt && budget > 0) {
-        const std::int64_t n = std::min(budget, r.prompt - r.prefilled);
-        // A 1-2 token chunk would be classified as a decode; keep prefills longer.
-        if (n <= 2 && r.prompt - r.prefilled > 2) continue;
-        batch.push_back({r.id, static_cast<int>(n)});
-        budget -= n;
-        step_prefill += n;
-      }
-    }
+    const ScenarioBatch next = next_batch(requests, opt);
+    const std::vector<StepEntry>& batch = next.entries;
+    const std::int64_t step_prefill = next.prefill_tokens, step_decode = next.decode_tokens;
     if (batch.empty()) break;
-    // Short final prefill chunks (<= 2 tokens) count as decodes: keep them in front.
-    std::stable_partition(batch.begin(), batch.end(), [](const StepEntry& e) { return e.query_len <= 2; });
     const std::int64_t T = step_prefill + step_decode;
     std::vector<float> x(static_cast<std::size_t>(T * hidden)), out(x.size());
     for (float& v : x) v = uniform(rng);
@@ -167,16 +359,7 @@ int run_demo(const DemoOptions& opt) {
       return fail(s);
     }
     const double step_s = std::chrono::duration<double>(clock::now() - t_step).count();
-    for (const auto& e : batch) {
-      for (auto& r : requests) {
-        if (r.id != e.request) continue;
-        if (r.prefilled < r.prompt) {
-          r.prefilled += e.query_len;
-        } else {
-          ++r.decodes;
-        }
-      }
-    }
+    record_progress(requests, batch);
     // Attribute the step's time to the phases by token share.
     prefill_s += step_s * static_cast<double>(step_prefill) / static_cast<double>(T);
     decode_s += step_s * static_cast<double>(step_decode) / static_cast<double>(T);
@@ -219,20 +402,7 @@ int run_demo(const DemoOptions& opt) {
   fmt::print("KV cache: {:.2f} MiB used of {:.2f} MiB reserved ({} layers, SWA + compressed + indexer keys)\n",
              static_cast<double>((*model)->kv_cache_bytes_used()) / mib,
              static_cast<double>((*model)->kv_cache_bytes_reserved()) / mib, config->compress_ratios.size());
-  if (!opt.verify) {
-    fmt::print("verification: skipped (--no-verify)\n");
-    return 0;
-  }
-  bool pass = true;
-  fmt::print("verification: {} sampled attention rows vs the float64 reference (tolerance {:g}):\n", verified_rows,
-             opt.tolerance);
-  for (const auto& [type, err] : max_err) {
-    const bool ok = err <= opt.tolerance;
-    pass = pass && ok;
-    fmt::print("  {:9s} max abs err {:.3e}  {}\n", layer_type_name(type), err, ok ? "ok" : "FAIL");
-  }
-  fmt::print("{}\n", pass ? "PASS" : "FAIL: attention output beyond tolerance");
-  return pass ? 0 : 1;
+  return report_verification(opt, verified_rows, max_err);
 }
 
 }  // namespace

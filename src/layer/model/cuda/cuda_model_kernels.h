@@ -1,0 +1,49 @@
+// Internal: the small element-wise kernels of the CUDA step runner (the ops
+// with a public home live in smla/cuda_layer.h, smla/cuda.h and
+// smla/cuda_metadata.h). Launchers enqueue on `stream`, never synchronize and
+// return the launch error as a Status.
+#pragma once
+
+#include <cstdint>
+
+#include "smla/status.h"
+
+namespace smla::cuda_model {
+
+// Per row: v = in (+ addend); with `normalize`, v *= rsqrt(mean(v^2) + eps)
+// (sum of squares in f32), times weight when present; then written to out_f32
+// and/or out_bf16 (either may be nullptr; out_f32 may alias in).
+struct RowNormParams {
+  const float* in = nullptr;           // [rows, width]
+  std::int64_t stride_in = 0;
+  const float* addend = nullptr;       // [rows, width] or nullptr
+  std::int64_t stride_addend = 0;
+  const float* weight = nullptr;       // [width] or nullptr
+  float* out_f32 = nullptr;            // [rows, width] or nullptr
+  std::int64_t stride_out_f32 = 0;
+  std::uint16_t* out_bf16 = nullptr;   // [rows, width] bf16 bits or nullptr
+  std::int64_t stride_out_bf16 = 0;
+  std::int64_t rows = 0, width = 0;
+  bool normalize = true;
+  float eps = 1e-6f;
+};
+Status launch_row_norm(const RowNormParams& params, void* stream);
+
+// Compressor state slot of each token, for both state groups at once:
+// slot = table[req][pos / bs] * bs + pos % bs, -1 for padding (is_valid 0 or
+// req outside [0, rows)) and for a column or block id outside the table.
+struct StateSlotParams {
+  const std::int32_t* token_to_req = nullptr;  // [tokens]
+  const std::int64_t* positions = nullptr;     // [tokens]
+  const std::uint8_t* is_valid = nullptr;      // [tokens]
+  std::int64_t tokens = 0;
+  struct Group {
+    const std::int32_t* table = nullptr;  // [rows, cols] contiguous
+    std::int64_t rows = 0, cols = 0;
+    int block_size = 1;
+    std::int64_t* slots = nullptr;        // [tokens]
+  } groups[2];
+};
+Status launch_state_slots(const StateSlotParams& params, void* stream);
+
+}  // namespace smla::cuda_model
