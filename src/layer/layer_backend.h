@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 
 #include "smla/backend.h"
 #include "smla/compressor.h"
@@ -41,6 +42,11 @@ struct IndexerTopkShape {
 struct OutputShape {
   std::int64_t tokens = 0, heads = 0, groups = 0, rank = 0, hidden = 0;
 };
+
+// The output projection's shape, dtype and device checks (no value is read):
+// tensors on `device`, wo_a of one of `weight_dtypes`, wo_b of wo_a's dtype.
+Expected<OutputShape> validate_output_projection_shapes(const OutputProjectionArgs& args, DeviceKind device,
+                                                        std::initializer_list<DType> weight_dtypes);
 
 struct LayerOps {
   Backend backend;

@@ -10,13 +10,14 @@ namespace smla {
 
 using namespace layer_detail;
 
-namespace {
-
 constexpr std::int64_t kHeadDim = V4Fp8Format::kHeadDim;
 
-Expected<OutputShape> validate(const OutputProjectionArgs& args) {
+Expected<OutputShape> layer_detail::validate_output_projection_shapes(const OutputProjectionArgs& args,
+                                                                      DeviceKind device,
+                                                                      std::initializer_list<DType> weight_dtypes) {
   if (args.rope == nullptr) return invalid_argument("rope", "a RopeTable", "nullptr");
-  SMLA_RETURN_IF_ERROR(check_tensor(args.o, "o", {DType::kBF16, DType::kF32}, {kAnyExtent, kAnyExtent, kHeadDim}));
+  SMLA_RETURN_IF_ERROR(
+      check_tensor(args.o, "o", {DType::kBF16, DType::kF32}, {kAnyExtent, kAnyExtent, kHeadDim}, device));
   OutputShape shape;
   shape.tokens = args.o.shape[0];
   shape.heads = args.num_heads == 0 ? args.o.shape[1] : args.num_heads;
@@ -24,9 +25,8 @@ Expected<OutputShape> validate(const OutputProjectionArgs& args) {
     return invalid_argument("num_heads", fmt::format("a value in [1, {}] (heads of o) or 0", args.o.shape[1]),
                             std::to_string(args.num_heads));
   }
-  SMLA_RETURN_IF_ERROR(check_index_vector(args.positions, "positions", shape.tokens));
-  SMLA_RETURN_IF_ERROR(check_positions(args.positions, "positions", args.rope->max_positions()));
-  SMLA_RETURN_IF_ERROR(check_tensor(args.wo_a, "wo_a", {DType::kF32}, {kAnyExtent, kAnyExtent, kAnyExtent}));
+  SMLA_RETURN_IF_ERROR(check_index_vector(args.positions, "positions", shape.tokens, device));
+  SMLA_RETURN_IF_ERROR(check_tensor(args.wo_a, "wo_a", weight_dtypes, {kAnyExtent, kAnyExtent, kAnyExtent}, device));
   shape.groups = args.wo_a.shape[0];
   shape.rank = args.wo_a.shape[1];
   if (shape.groups < 1 || shape.heads % shape.groups != 0) {
@@ -38,11 +38,21 @@ Expected<OutputShape> validate(const OutputProjectionArgs& args) {
     return invalid_argument("wo_a", fmt::format("contiguous [{}, rank, {}]", shape.groups, group_width),
                             args.wo_a.describe());
   }
-  SMLA_RETURN_IF_ERROR(check_tensor(args.wo_b, "wo_b", {DType::kF32}, {kAnyExtent, shape.groups * shape.rank}));
+  SMLA_RETURN_IF_ERROR(
+      check_tensor(args.wo_b, "wo_b", {args.wo_a.dtype}, {kAnyExtent, shape.groups * shape.rank}, device));
   if (!args.wo_b.is_contiguous()) return invalid_argument("wo_b", "a contiguous tensor", args.wo_b.describe());
   shape.hidden = args.wo_b.shape[0];
-  SMLA_RETURN_IF_ERROR(check_tensor(args.out, "out", {DType::kF32}, {shape.tokens, shape.hidden}));
+  SMLA_RETURN_IF_ERROR(check_tensor(args.out, "out", {DType::kF32}, {shape.tokens, shape.hidden}, device));
   return shape;
+}
+
+namespace {
+
+Expected<OutputShape> validate(const OutputProjectionArgs& args) {
+  auto shape = validate_output_projection_shapes(args, DeviceKind::kCpu, {DType::kF32});
+  if (!shape) return shape.status();
+  SMLA_RETURN_IF_ERROR(check_positions(args.positions, "positions", args.rope->max_positions()));
+  return *shape;
 }
 
 }  // namespace

@@ -17,13 +17,10 @@
 #include "src/cuda/cublaslt_gemm.h"
 #include "src/layer/checks.h"
 #include "src/layer/cuda/output_projection_kernels.h"
+#include "src/layer/layer_backend.h"
 
 namespace smla {
 namespace {
-
-using layer_detail::check_index_vector;
-using layer_detail::check_tensor;
-using layer_detail::kAnyExtent;
 
 constexpr std::int64_t kHeadDim = V4Fp8Format::kHeadDim;
 constexpr std::size_t kAlignment = 256;
@@ -57,39 +54,12 @@ Status check_same_device(const TensorView& first, const TensorView& other, std::
   return Status::Ok();
 }
 
-// The host op's checks (output_projection.cc) for device tensors; weights may be f32 or bf16.
+// The host op's shape checks for device tensors; weights may be f32 or bf16.
 Expected<DeviceOutputShape> validate(const OutputProjectionArgs& args) {
-  constexpr DeviceKind kCuda = DeviceKind::kCuda;
-  if (args.rope == nullptr) return invalid_argument("rope", "a RopeTable", "nullptr");
-  SMLA_RETURN_IF_ERROR(
-      check_tensor(args.o, "o", {DType::kBF16, DType::kF32}, {kAnyExtent, kAnyExtent, kHeadDim}, kCuda));
-  DeviceOutputShape shape;
-  shape.tokens = args.o.shape[0];
-  shape.heads = args.num_heads == 0 ? args.o.shape[1] : args.num_heads;
-  if (shape.heads < 1 || shape.heads > args.o.shape[1]) {
-    return invalid_argument("num_heads", fmt::format("a value in [1, {}] (heads of o) or 0", args.o.shape[1]),
-                            std::to_string(args.num_heads));
-  }
-  SMLA_RETURN_IF_ERROR(check_index_vector(args.positions, "positions", shape.tokens, kCuda));
-  SMLA_RETURN_IF_ERROR(
-      check_tensor(args.wo_a, "wo_a", {DType::kF32, DType::kBF16}, {kAnyExtent, kAnyExtent, kAnyExtent}, kCuda));
-  shape.gemm_dtype = args.wo_a.dtype;
-  shape.groups = args.wo_a.shape[0];
-  shape.rank = args.wo_a.shape[1];
-  if (shape.groups < 1 || shape.heads % shape.groups != 0) {
-    return invalid_argument("wo_a", fmt::format("a group count dividing the {} heads", shape.heads),
-                            args.wo_a.shape_string());
-  }
-  const std::int64_t group_width = shape.heads / shape.groups * kHeadDim;
-  if (args.wo_a.shape[2] != group_width || shape.rank < 1 || !args.wo_a.is_contiguous()) {
-    return invalid_argument("wo_a", fmt::format("contiguous [{}, rank, {}]", shape.groups, group_width),
-                            args.wo_a.describe());
-  }
-  SMLA_RETURN_IF_ERROR(
-      check_tensor(args.wo_b, "wo_b", {shape.gemm_dtype}, {kAnyExtent, shape.groups * shape.rank}, kCuda));
-  if (!args.wo_b.is_contiguous()) return invalid_argument("wo_b", "a contiguous tensor", args.wo_b.describe());
-  shape.hidden = args.wo_b.shape[0];
-  SMLA_RETURN_IF_ERROR(check_tensor(args.out, "out", {DType::kF32}, {shape.tokens, shape.hidden}, kCuda));
+  auto checked = layer_detail::validate_output_projection_shapes(args, DeviceKind::kCuda, {DType::kF32, DType::kBF16});
+  if (!checked) return checked.status();
+  DeviceOutputShape shape{checked->tokens, checked->heads, checked->groups, checked->rank, checked->hidden,
+                          args.wo_a.dtype};
   if (shape.tokens > 1 && args.out.stride[0] < shape.hidden) {
     return invalid_argument("out", fmt::format("a row stride >= {} (hidden)", shape.hidden), args.out.describe());
   }

@@ -14,11 +14,14 @@
 #include "smla/indexer.h"
 #include "smla/layer.h"
 #include "smla/rope.h"
+#include "src/layer/model/model_common.h"
 #include "src/layer/model/model_weights.h"
 
 namespace smla {
 
 using model_detail::LayerWeights;
+using model_detail::PagePool;
+using model_detail::RequestState;
 
 namespace {
 
@@ -28,44 +31,10 @@ constexpr int kSwaPage = 64;        // tokens per sliding-window page
 
 std::int64_t cdiv(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
-// A pool of page ids shared by the caches of one group (every layer of the
-// group holds the same page ids in its own tensor, as vLLM's block tables do).
-struct PagePool {
-  std::vector<std::int32_t> free_pages;
-  std::int64_t capacity = 0;
-  explicit PagePool(std::int64_t pages = 0) : capacity(pages) {
-    for (std::int64_t p = pages - 1; p >= 0; --p) free_pages.push_back(static_cast<std::int32_t>(p));
-  }
-  std::int64_t used() const { return capacity - static_cast<std::int64_t>(free_pages.size()); }
-  // Grows `pages` to `count` entries.
-  Status reserve(std::vector<std::int32_t>& pages, std::int64_t count, const char* group) {
-    if (count - static_cast<std::int64_t>(pages.size()) > static_cast<std::int64_t>(free_pages.size())) {
-      return out_of_range(fmt::format("{} page pool", group), fmt::format("{} free pages", count - pages.size()),
-                          fmt::format("{} free", free_pages.size()));
-    }
-    while (static_cast<std::int64_t>(pages.size()) < count) {
-      pages.push_back(free_pages.back());
-      free_pages.pop_back();
-    }
-    return Status::Ok();
-  }
-  void release(std::vector<std::int32_t>& pages) {
-    for (auto p : pages) free_pages.push_back(p);
-    pages.clear();
-  }
-};
-
 // An owned paged byte cache with an aligned page stride.
 struct PagedBytes {
   std::vector<std::uint8_t> bytes;
   std::int64_t page_stride = 0;
-};
-
-struct RequestState {
-  bool live = false;
-  std::int64_t seq_len = 0;
-  std::vector<std::int32_t> swa_pages, c4_pages, c128_pages;  // grow with seq_len
-  std::vector<std::int32_t> c4_state_ring, c128_state_ring;   // fixed rings
 };
 
 struct LayerState {
@@ -134,21 +103,7 @@ const ModelConfig& Model::config() const { return impl_->config; }
 
 Expected<std::unique_ptr<Model>> Model::create(const ModelConfig& config, const ModelOptions& options) {
   auto fail = [](const Status& s) { return s.with_context("Model::create: "); };
-  if (config.hidden < 1 || config.num_heads < 1 || config.q_lora_rank < 1 || config.o_lora_rank < 1 ||
-      config.o_groups < 1 || config.num_heads % config.o_groups != 0 || config.index_heads < 1 ||
-      config.index_topk < 1 || config.window < 1 || config.compress_ratios.empty()) {
-    return fail(invalid_argument("config", "positive sizes, o_groups dividing num_heads, at least one layer",
-                                 fmt::format("hidden {} heads {} groups {} layers {}", config.hidden, config.num_heads,
-                                             config.o_groups, config.compress_ratios.size())));
-  }
-  if (kv_format_info(options.kv_format).head_dim != kHeadDim) {
-    return fail(invalid_argument("options.kv_format", "a 512-dim V4 format", kv_format_name(options.kv_format)));
-  }
-  if (options.max_requests < 1 || options.max_model_len < 1 || options.max_batched_tokens < 1 ||
-      options.num_speculative_tokens < 0 || options.verify_rows < 1) {
-    return fail(invalid_argument("options", "positive limits", fmt::format("max_requests {} max_model_len {}",
-                                                                           options.max_requests, options.max_model_len)));
-  }
+  if (Status s = model_detail::validate_model_setup(config, options); !s.ok()) return fail(s);
   auto impl = std::make_unique<Impl>();
   impl->config = config;
   impl->options = options;

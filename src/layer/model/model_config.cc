@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include "smla/model.h"
+#include "src/layer/model/model_common.h"
 
 namespace smla {
 
@@ -37,6 +38,28 @@ Expected<ModelConfig> ModelConfig::preset(std::string_view name, int layers) {
   // Layer 0 SWA-only, then C4A / C128A alternating: 3 layers cover every type.
   for (int l = 0; l < layers; ++l) c.compress_ratios.push_back(l == 0 ? 1 : (l % 2 == 1 ? 4 : 128));
   return c;
+}
+
+Status model_detail::validate_model_setup(const ModelConfig& config, const ModelOptions& options) {
+  if (config.hidden < 1 || config.num_heads < 1 || config.q_lora_rank < 1 || config.o_lora_rank < 1 ||
+      config.o_groups < 1 || config.num_heads % config.o_groups != 0 || config.index_heads < 1 ||
+      config.index_topk < 1 || config.window < 1 || config.compress_ratios.empty()) {
+    return invalid_argument("config", "positive sizes, o_groups dividing num_heads, at least one layer",
+                            fmt::format("hidden {} heads {} groups {} layers {}", config.hidden, config.num_heads,
+                                        config.o_groups, config.compress_ratios.size()));
+  }
+  if (kv_format_info(options.kv_format).head_dim != V4Fp8Format::kHeadDim) {
+    return invalid_argument("options.kv_format", "a 512-dim V4 format", kv_format_name(options.kv_format));
+  }
+  if (options.max_requests < 1 || options.max_model_len < 1 || options.max_batched_tokens < 1 ||
+      options.num_speculative_tokens < 0 || options.verify_rows < 1) {
+    return invalid_argument("options", "positive limits",
+                            fmt::format("max_requests {} max_model_len {} max_batched_tokens {} "
+                                        "num_speculative_tokens {} verify_rows {}",
+                                        options.max_requests, options.max_model_len, options.max_batched_tokens,
+                                        options.num_speculative_tokens, options.verify_rows));
+  }
+  return Status::Ok();
 }
 
 }  // namespace smla

@@ -41,27 +41,6 @@ Status allocate(DeviceMem& mem, std::size_t bytes, const char* what) {
   return cuda_status(cudaMemset(p, 0, size), "cudaMemset");
 }
 
-PagePool::PagePool(std::int64_t pages) : capacity(pages) {
-  for (std::int64_t p = pages - 1; p >= 0; --p) free_pages.push_back(static_cast<std::int32_t>(p));
-}
-
-Status PagePool::reserve(std::vector<std::int32_t>& pages, std::int64_t count, const char* group) {
-  if (count - static_cast<std::int64_t>(pages.size()) > static_cast<std::int64_t>(free_pages.size())) {
-    return out_of_range(fmt::format("{} page pool", group), fmt::format("{} free pages", count - pages.size()),
-                        fmt::format("{} free", free_pages.size()));
-  }
-  while (static_cast<std::int64_t>(pages.size()) < count) {
-    pages.push_back(free_pages.back());
-    free_pages.pop_back();
-  }
-  return Status::Ok();
-}
-
-void PagePool::release(std::vector<std::int32_t>& pages) {
-  for (auto p : pages) free_pages.push_back(p);
-  pages.clear();
-}
-
 }  // namespace cuda_model
 
 CudaModel::Impl::~Impl() {
@@ -296,23 +275,7 @@ Expected<std::unique_ptr<CudaModel>> CudaModel::create(const ModelConfig& config
     (void)cudaGetLastError();
     return fail(unimplemented("no CUDA device is present (the cuda backend needs an NVIDIA GPU)"));
   }
-  if (config.hidden < 1 || config.num_heads < 1 || config.q_lora_rank < 1 || config.o_lora_rank < 1 ||
-      config.o_groups < 1 || config.num_heads % config.o_groups != 0 || config.index_heads < 1 ||
-      config.index_topk < 1 || config.window < 1 || config.compress_ratios.empty()) {
-    return fail(invalid_argument("config", "positive sizes, o_groups dividing num_heads, at least one layer",
-                                 fmt::format("hidden {} heads {} groups {} layers {}", config.hidden, config.num_heads,
-                                             config.o_groups, config.compress_ratios.size())));
-  }
-  if (kv_format_info(options.kv_format).head_dim != kHeadDim) {
-    return fail(invalid_argument("options.kv_format", "a 512-dim V4 format", kv_format_name(options.kv_format)));
-  }
-  if (options.max_requests < 1 || options.max_model_len < 1 || options.max_batched_tokens < 1 ||
-      options.num_speculative_tokens < 0 || options.verify_rows < 1) {
-    return fail(invalid_argument("options", "positive limits",
-                                 fmt::format("max_requests {} max_model_len {} max_batched_tokens {} verify_rows {}",
-                                             options.max_requests, options.max_model_len,
-                                             options.max_batched_tokens, options.verify_rows)));
-  }
+  if (Status s = model_detail::validate_model_setup(config, options); !s.ok()) return fail(s);
   auto impl = std::make_unique<Impl>();
   Impl& m = *impl;
   m.config = config;

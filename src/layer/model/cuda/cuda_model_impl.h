@@ -14,6 +14,7 @@
 #include "smla/kv_format.h"
 #include "smla/metadata.h"
 #include "smla/rope.h"
+#include "src/layer/model/model_common.h"
 
 namespace smla::cuda_model {
 
@@ -66,22 +67,8 @@ struct DeviceLayer {
   std::int64_t extra_width = 0;  // compressed indices per token: K (C4A), C128 width (C128A), 0
 };
 
-// Host page pool shared by the caches of one group (as Model's).
-struct PagePool {
-  std::vector<std::int32_t> free_pages;
-  std::int64_t capacity = 0;
-  explicit PagePool(std::int64_t pages = 0);
-  std::int64_t used() const { return capacity - static_cast<std::int64_t>(free_pages.size()); }
-  Status reserve(std::vector<std::int32_t>& pages, std::int64_t count, const char* group);
-  void release(std::vector<std::int32_t>& pages);
-};
-
-struct RequestState {
-  bool live = false;
-  std::int64_t seq_len = 0;
-  std::vector<std::int32_t> swa_pages, c4_pages, c128_pages;
-  std::vector<std::int32_t> c4_state_ring, c128_state_ring;
-};
+using model_detail::PagePool;
+using model_detail::RequestState;
 
 // Host-known shape of one enqueued step. Graph steps are decode-only, so the
 // decode/prefill split is known without reading device values.
