@@ -22,7 +22,8 @@ step() { echo "== $* ($(date -u +%H:%M:%S))"; }
 
 step "device"
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm,driver_version --format=csv | tee "$out/device.txt"
-git rev-parse --short HEAD 2>/dev/null | tee -a "$out/device.txt"
+# The device copy of the checkout may carry a stale .git: pass SMLA_GPU_COMMIT=$(git rev-parse --short HEAD).
+echo "commit ${SMLA_GPU_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null) (read from the copied .git)}" | tee -a "$out/device.txt"
 
 dep_args=()
 if [[ -n "${SMLA_GPU_DEPS:-}" ]]; then
