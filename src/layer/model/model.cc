@@ -26,8 +26,8 @@ using model_detail::RequestState;
 namespace {
 
 constexpr int kHeadDim = V4Fp8Format::kHeadDim;
-constexpr int kLogicalBlock = 256;  // tokens per logical block of the compressed groups
-constexpr int kSwaPage = 64;        // tokens per sliding-window page
+constexpr int kLogicalBlock = model_detail::kModelLogicalBlock;
+constexpr int kSwaPage = model_detail::kModelSwaPage;
 
 std::int64_t cdiv(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
@@ -103,20 +103,13 @@ const ModelConfig& Model::config() const { return impl_->config; }
 
 Expected<std::unique_ptr<Model>> Model::create(const ModelConfig& config, const ModelOptions& options) {
   auto fail = [](const Status& s) { return s.with_context("Model::create: "); };
-  if (Status s = model_detail::validate_model_setup(config, options); !s.ok()) return fail(s);
+  auto step_config = model_detail::model_step_config(config, options);
+  if (!step_config) return fail(step_config.status());
   auto impl = std::make_unique<Impl>();
   impl->config = config;
   impl->options = options;
   impl->format = kv_format_info(options.kv_format);
-  StepConfig& sc = impl->step_config;
-  sc.window = config.window;
-  sc.max_model_len = options.max_model_len;
-  sc.max_num_batched_tokens = options.max_batched_tokens;
-  sc.index_topk = config.index_topk;
-  sc.num_speculative_tokens = options.num_speculative_tokens;
-  sc.swa_page_size = kSwaPage;
-  sc.logical_block_size = kLogicalBlock;
-  if (Status s = validate_step_config(sc); !s.ok()) return fail(s);
+  impl->step_config = *step_config;
   auto swa_rope = RopeTable::create(RopeConfig::swa_only(), options.max_model_len);
   if (!swa_rope) return fail(swa_rope.status());
   auto compressed_rope = RopeTable::create(RopeConfig::compressed(), options.max_model_len);

@@ -12,8 +12,12 @@
 
 namespace smla::model_detail {
 
-// Positive sizes, o_groups dividing num_heads, a 512-dim V4 KV format, positive limits.
-Status validate_model_setup(const ModelConfig& config, const ModelOptions& options);
+inline constexpr int kModelSwaPage = 64;        // tokens per sliding-window page
+inline constexpr int kModelLogicalBlock = 256;  // tokens per logical block of the compressed groups
+
+// Checks the setup (positive sizes, o_groups dividing num_heads, a 512-dim V4
+// KV format, positive limits) and returns the step configuration both runners use.
+Expected<StepConfig> model_step_config(const ModelConfig& config, const ModelOptions& options);
 
 // A pool of page ids shared by the caches of one group (every layer of the
 // group holds the same page ids in its own tensor, as vLLM's block tables do).

@@ -40,7 +40,7 @@ Expected<ModelConfig> ModelConfig::preset(std::string_view name, int layers) {
   return c;
 }
 
-Status model_detail::validate_model_setup(const ModelConfig& config, const ModelOptions& options) {
+Expected<StepConfig> model_detail::model_step_config(const ModelConfig& config, const ModelOptions& options) {
   if (config.hidden < 1 || config.num_heads < 1 || config.q_lora_rank < 1 || config.o_lora_rank < 1 ||
       config.o_groups < 1 || config.num_heads % config.o_groups != 0 || config.index_heads < 1 ||
       config.index_topk < 1 || config.window < 1 || config.compress_ratios.empty()) {
@@ -59,7 +59,16 @@ Status model_detail::validate_model_setup(const ModelConfig& config, const Model
                                         options.max_requests, options.max_model_len, options.max_batched_tokens,
                                         options.num_speculative_tokens, options.verify_rows));
   }
-  return Status::Ok();
+  StepConfig step;
+  step.window = config.window;
+  step.max_model_len = options.max_model_len;
+  step.max_num_batched_tokens = options.max_batched_tokens;
+  step.index_topk = config.index_topk;
+  step.num_speculative_tokens = options.num_speculative_tokens;
+  step.swa_page_size = kModelSwaPage;
+  step.logical_block_size = kModelLogicalBlock;
+  SMLA_RETURN_IF_ERROR(validate_step_config(step));
+  return step;
 }
 
 }  // namespace smla

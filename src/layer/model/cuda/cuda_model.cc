@@ -275,7 +275,8 @@ Expected<std::unique_ptr<CudaModel>> CudaModel::create(const ModelConfig& config
     (void)cudaGetLastError();
     return fail(unimplemented("no CUDA device is present (the cuda backend needs an NVIDIA GPU)"));
   }
-  if (Status s = model_detail::validate_model_setup(config, options); !s.ok()) return fail(s);
+  auto step_config = model_detail::model_step_config(config, options);
+  if (!step_config) return fail(step_config.status());
   auto impl = std::make_unique<Impl>();
   Impl& m = *impl;
   m.config = config;
@@ -284,15 +285,7 @@ Expected<std::unique_ptr<CudaModel>> CudaModel::create(const ModelConfig& config
   int device_index = 0;
   SMLA_RETURN_IF_ERROR(cuda_status(cudaGetDevice(&device_index), "cudaGetDevice"));
   m.device = Device{DeviceKind::kCuda, device_index};
-  StepConfig& sc = m.step_config;
-  sc.window = config.window;
-  sc.max_model_len = options.max_model_len;
-  sc.max_num_batched_tokens = options.max_batched_tokens;
-  sc.index_topk = config.index_topk;
-  sc.num_speculative_tokens = options.num_speculative_tokens;
-  sc.swa_page_size = kSwaPage;
-  sc.logical_block_size = kLogicalBlock;
-  if (Status s = validate_step_config(sc); !s.ok()) return fail(s);
+  m.step_config = *step_config;
   auto swa_rope = RopeTable::create(RopeConfig::swa_only(), options.max_model_len);
   if (!swa_rope) return fail(swa_rope.status());
   auto compressed_rope = RopeTable::create(RopeConfig::compressed(), options.max_model_len);
@@ -312,7 +305,7 @@ Expected<std::unique_ptr<CudaModel>> CudaModel::create(const ModelConfig& config
   m.c_cols = cdiv(options.max_model_len, kLogicalBlock);
   m.c4_state_cols = cdiv(options.max_model_len, compressor_state_block_size(4));
   m.c128_state_cols = cdiv(options.max_model_len, compressor_state_block_size(128));
-  m.c128_width = c128a_width(sc);
+  m.c128_width = c128a_width(m.step_config);
   m.requests.resize(static_cast<std::size_t>(reqs));
 
   for (int l = 0; l < static_cast<int>(config.compress_ratios.size()); ++l) {

@@ -19,8 +19,8 @@
 namespace smla::cuda_model {
 
 inline constexpr int kHeadDim = V4Fp8Format::kHeadDim;
-inline constexpr int kLogicalBlock = 256;  // tokens per logical block of the compressed groups (as Model)
-inline constexpr int kSwaPage = 64;        // tokens per sliding-window page (as Model)
+inline constexpr int kLogicalBlock = model_detail::kModelLogicalBlock;
+inline constexpr int kSwaPage = model_detail::kModelSwaPage;
 
 inline std::int64_t cdiv(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
