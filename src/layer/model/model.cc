@@ -231,17 +231,6 @@ std::vector<std::uint8_t> Model::layer_cache_bytes(int layer) const {
 
 namespace {
 
-// Evenly spaced rows (first and last included), or all rows when few.
-std::vector<std::int64_t> sample_rows(std::int64_t tokens, int count) {
-  std::vector<std::int64_t> rows;
-  if (tokens <= count) {
-    for (std::int64_t t = 0; t < tokens; ++t) rows.push_back(t);
-    return rows;
-  }
-  for (int i = 0; i < count; ++i) rows.push_back(i * (tokens - 1) / (count - 1));
-  return rows;
-}
-
 // Copies rows `rows` of a [T, width] array.
 template <class T>
 std::vector<T> gather_rows(const std::vector<T>& src, std::int64_t width, const std::vector<std::int64_t>& rows) {
@@ -451,7 +440,7 @@ Status Model::Impl::run_layer(int l, const StepMetadata& meta, const std::vector
 
   if (verify) {
     start = clock::now();
-    const auto rows = sample_rows(T, options.verify_rows);
+    const auto rows = model_detail::sample_rows(T, options.verify_rows);
     const auto n = static_cast<std::int64_t>(rows.size());
     auto q_rows = gather_rows(q_bf16, H * kHeadDim, rows);
     std::vector<std::uint16_t> ref(static_cast<std::size_t>(n * H * kHeadDim));

@@ -46,6 +46,18 @@ struct PagePool {
   }
 };
 
+// Rows re-run on the float64 reference when a step verifies: all rows when
+// there are at most `count`, else `count` evenly spaced (first and last included).
+inline std::vector<std::int64_t> sample_rows(std::int64_t tokens, int count) {
+  std::vector<std::int64_t> rows;
+  if (tokens <= count) {
+    for (std::int64_t t = 0; t < tokens; ++t) rows.push_back(t);
+    return rows;
+  }
+  for (int i = 0; i < count; ++i) rows.push_back(i * (tokens - 1) / (count - 1));
+  return rows;
+}
+
 // Pages of one request.
 struct RequestState {
   bool live = false;

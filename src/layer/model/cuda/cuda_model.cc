@@ -512,21 +512,6 @@ Status CudaModel::Impl::stage_batch(const std::vector<StepEntry>& batch) {
   return put(c128_state_table, h_c128_state_table, R * c128_state_cols);
 }
 
-namespace {
-
-// Evenly spaced rows (first and last included), or all rows when few (as Model).
-std::vector<std::int64_t> sample_rows(std::int64_t tokens, int count) {
-  std::vector<std::int64_t> rows;
-  if (tokens <= count) {
-    for (std::int64_t t = 0; t < tokens; ++t) rows.push_back(t);
-    return rows;
-  }
-  for (int i = 0; i < count; ++i) rows.push_back(i * (tokens - 1) / (count - 1));
-  return rows;
-}
-
-}  // namespace
-
 Status CudaModel::step(const std::vector<StepEntry>& batch, const TensorView& x, const TensorView& out, bool verify,
                        StepStats* stats) {
   auto fail = [](const Status& s) { return s.with_context("CudaModel::step: "); };
@@ -545,7 +530,7 @@ Status CudaModel::step(const std::vector<StepEntry>& batch, const TensorView& x,
   shape.decode_tokens = counts->num_decode_tokens;
   shape.prefill_tokens = counts->num_prefill_tokens;
   shape.timed = true;
-  if (verify) shape.verify_rows = sample_rows(T, m.options.verify_rows);
+  if (verify) shape.verify_rows = model_detail::sample_rows(T, m.options.verify_rows);
   const std::size_t x_bytes = static_cast<std::size_t>(T * m.config.hidden) * 4;
   if (Status s = cuda_status(cudaMemcpyAsync(m.x.get(), x.data, x_bytes, cudaMemcpyHostToDevice, m.stream), "x upload");
       !s.ok()) {
