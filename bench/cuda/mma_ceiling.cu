@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "src/cuda/cublaslt_gemm.h"
 #include "src/cuda/ptx.cuh"
 
 namespace smla::bench {
@@ -38,6 +39,14 @@ __global__ void __launch_bounds__(kThreads) mma_loop_kernel(float* sink, int ite
 
 void check(cudaError_t error, const char* what) {
   if (error != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(error));
+}
+
+// Small nonzero bf16 values (zeros can run faster than real data).
+__global__ void fill_bf16_kernel(std::uint16_t* values, std::int64_t count) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    values[i] = static_cast<std::uint16_t>(0x3C00u + (static_cast<std::uint32_t>(i * 2654435761u) >> 24));
+  }
 }
 
 }  // namespace
@@ -71,6 +80,59 @@ MmaCeiling measure_mma_sync_ceiling(int warmup, int runs) {
   ceiling.median_us = times[times.size() / 2];
   const double mmas = static_cast<double>(blocks) * (kThreads / 32) * kIterations * kChains;
   ceiling.tflops = mmas * kFlopPerMma / (ceiling.median_us * 1e-6) / 1e12;
+  return ceiling;
+}
+
+MmaCeiling measure_bf16_gemm_ceiling(int warmup, int runs) {
+  constexpr std::int64_t kSize = 8192;
+  constexpr std::int64_t kCount = kSize * kSize;
+  std::uint16_t* a = nullptr;
+  std::uint16_t* b = nullptr;
+  std::uint16_t* out = nullptr;
+  void* workspace = nullptr;
+  check(cudaMalloc(&a, kCount * 2), "cudaMalloc");
+  check(cudaMalloc(&b, kCount * 2), "cudaMalloc");
+  check(cudaMalloc(&out, kCount * 2), "cudaMalloc");
+  check(cudaMalloc(&workspace, cuda::kCublasLtWorkspaceBytes), "cudaMalloc");
+  fill_bf16_kernel<<<1024, 256>>>(a, kCount);
+  fill_bf16_kernel<<<1024, 256>>>(b, kCount);
+  check(cudaGetLastError(), "fill launch");
+  cuda::GemmArgs gemm;
+  gemm.m = gemm.n = gemm.k = kSize;
+  gemm.input_dtype = DType::kBF16;
+  gemm.a = a;
+  gemm.lda = kSize;
+  gemm.b = b;
+  gemm.ldb = kSize;
+  gemm.out_dtype = DType::kBF16;
+  gemm.out = out;
+  gemm.ldc = kSize;
+  gemm.workspace = workspace;
+  gemm.workspace_bytes = cuda::kCublasLtWorkspaceBytes;
+  cudaEvent_t start = nullptr, stop = nullptr;
+  check(cudaEventCreate(&start), "event");
+  check(cudaEventCreate(&stop), "event");
+  std::vector<float> times;
+  for (int run = 0; run < warmup + runs; ++run) {
+    check(cudaEventRecord(start), "record");
+    const Status status = cuda::cublaslt_gemm(gemm);
+    if (!status.ok()) throw std::runtime_error("bf16 GEMM ceiling: " + status.to_string());
+    check(cudaEventRecord(stop), "record");
+    check(cudaEventSynchronize(stop), "sync");
+    float ms = 0.0f;
+    check(cudaEventElapsedTime(&ms, start, stop), "elapsed");
+    if (run >= warmup) times.push_back(ms * 1000.0f);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  cudaFree(a);
+  cudaFree(b);
+  cudaFree(out);
+  cudaFree(workspace);
+  std::sort(times.begin(), times.end());
+  MmaCeiling ceiling;
+  ceiling.median_us = times[times.size() / 2];
+  ceiling.tflops = 2.0 * kSize * kSize * kSize / (ceiling.median_us * 1e-6) / 1e12;
   return ceiling;
 }
 

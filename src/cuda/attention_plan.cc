@@ -60,11 +60,11 @@ struct RingChoice {
 // computed once per pair.
 Expected<RingChoice> choose_ring(const AttentionVariant& variant, LoaderKind kind, int smem_optin) {
   static std::mutex mutex;
-  static std::map<std::tuple<int, int, int>, RingChoice> cache;
+  static std::map<std::tuple<int, int, int, int>, RingChoice> cache;  // the sm90 and portable 64-row variants differ in smem
   int device = 0;
   cudaError_t error = cudaGetDevice(&device);
   if (error != cudaSuccess) return cuda_failure("cudaGetDevice", error);
-  const auto key = std::make_tuple(device, static_cast<int>(kind), variant.rows);
+  const auto key = std::make_tuple(device, static_cast<int>(kind), variant.rows, variant.fixed_smem_bytes);
   std::lock_guard<std::mutex> lock(mutex);
   if (auto found = cache.find(key); found != cache.end()) return found->second;
   RingChoice best;

@@ -31,7 +31,12 @@ AttentionVariant attention_variant_bf16_512(int rows);
 AttentionVariant attention_variant_bf16_576(int rows);
 AttentionVariant attention_variant_fp8_rows(int rows);
 
+// The Hopper kernel (src/cuda/sm90) replaces the portable one for 64-head tiles where it can run.
+bool sm90_attention_usable();
+AttentionVariant sm90_attention_variant(LoaderKind kind);
+
 inline AttentionVariant attention_variant(LoaderKind kind, int rows) {
+  if (rows == 64 && sm90_attention_usable()) return sm90_attention_variant(kind);
   switch (kind) {
     case LoaderKind::kV4Fp8: return attention_variant_v4(rows);
     case LoaderKind::kV32Fp8: return attention_variant_v32(rows);

@@ -11,6 +11,7 @@
 #include "smla/attention.h"
 #include "smla/cuda.h"
 #include "tests/common/test_common.h"
+#include "tests/unit/cuda/attention_expect.h"
 #include "tests/unit/cuda/device_copy.h"
 #include "testkit/testkit.h"
 
@@ -23,36 +24,15 @@ using cudatest::DevicePrefillArgs;
 using testing::IsOk;
 using testing::WithinTolerance;
 
-// bf16 inputs and P, f32 accumulation, bf16 output: about 1e-2 of |v| ~ 1.
-const testkit::Tolerance kOutTolerance{2e-2, 2e-2, 1e-4};
-const testkit::Tolerance kStatTolerance{2e-3, 1e-4, 1e-6};
+using cudatest::expect_decode_matches;
+using cudatest::expect_prefill_matches;
+using cudatest::kOutTolerance;
+using cudatest::kStatTolerance;
 
 #define SKIP_WITHOUT_DEVICE()                                                         \
   do {                                                                                \
     if (!cudatest::cuda_device_present()) GTEST_SKIP() << "no CUDA device";            \
   } while (0)
-
-// Runs the reference on the host case and the cuda backend on a device copy,
-// then compares every element (outputs start poisoned on both sides).
-void expect_decode_matches(testkit::DecodeCaseOptions options, const std::string& what) {
-  options.seed = testing::test_seed() + options.seed;
-  SMLA_SEED_TRACE(options.seed);
-  SCOPED_TRACE(what);
-  testkit::DecodeCase c = testkit::make_decode_case(options);
-  ASSERT_TRUE(IsOk(sparse_decode(c.args(), Backend::kReference)));
-
-  testkit::HostTensor got_out = c.make_out();
-  testkit::HostTensor got_lse = c.make_lse();
-  testkit::poison(got_out.view());
-  testkit::poison(got_lse.view());
-  DeviceDecodeArgs device(c.args_with_outputs(got_out.view(), got_lse.view()));
-  ASSERT_TRUE(IsOk(sparse_decode(device.args, Backend::kCuda)));
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  cudatest::copy_to_host(*device.out, got_out.view());
-  cudatest::copy_to_host(*device.lse, got_lse.view());
-  EXPECT_TRUE(WithinTolerance(testkit::compare_bf16(got_out.view(), c.out().view(), kOutTolerance), "out"));
-  EXPECT_TRUE(WithinTolerance(testkit::compare_f32(got_lse.view(), c.lse().view(), kStatTolerance), "lse"));
-}
 
 testkit::DecodeCaseOptions small_v4_case() {
   testkit::DecodeCaseOptions o;
@@ -247,29 +227,6 @@ TEST(CudaSparseDecode, RejectsHostTensors) {
   const Status status = sparse_decode(c.args(), Backend::kCuda);
   EXPECT_FALSE(status.ok());
   EXPECT_NE(status.message().find("cuda"), std::string::npos) << status.to_string();
-}
-
-void expect_prefill_matches(testkit::PrefillCaseOptions options, const std::string& what) {
-  options.seed = testing::test_seed() + options.seed;
-  SMLA_SEED_TRACE(options.seed);
-  SCOPED_TRACE(what);
-  testkit::PrefillCase c = testkit::make_prefill_case(options);
-  ASSERT_TRUE(IsOk(sparse_prefill(c.args(), Backend::kReference)));
-  testkit::HostTensor got_out = c.make_out();
-  testkit::HostTensor got_max = c.make_max_logits();
-  testkit::HostTensor got_lse = c.make_lse();
-  testkit::poison(got_out.view());
-  testkit::poison(got_max.view());
-  testkit::poison(got_lse.view());
-  DevicePrefillArgs device(c.args_with_outputs(got_out.view(), got_max.view(), got_lse.view()));
-  ASSERT_TRUE(IsOk(sparse_prefill(device.args, Backend::kCuda)));
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  cudatest::copy_to_host(*device.out, got_out.view());
-  cudatest::copy_to_host(*device.max_logits, got_max.view());
-  cudatest::copy_to_host(*device.lse, got_lse.view());
-  EXPECT_TRUE(WithinTolerance(testkit::compare_bf16(got_out.view(), c.out().view(), kOutTolerance), "out"));
-  EXPECT_TRUE(WithinTolerance(testkit::compare_f32(got_max.view(), c.max_logits().view(), kStatTolerance), "max"));
-  EXPECT_TRUE(WithinTolerance(testkit::compare_f32(got_lse.view(), c.lse().view(), kStatTolerance), "lse"));
 }
 
 TEST(CudaSparsePrefill, FlatBf16WorkspaceMatchesReference) {

@@ -1,0 +1,442 @@
+// The Hopper (sm_90a) sparse MLA attention kernel: same contract and params as
+// the portable kernel (src/cuda/sparse_attention_kernel.cuh), for 64-head tiles.
+//
+// One CTA = one query token x 64 heads x one split of the token's keys, three
+// warpgroups working on 64-key tiles:
+//   producer  gathers the tile's rows (16-byte loads issued one round ahead),
+//             expands them to bf16 and stores them into one of two 128-byte-
+//             swizzled K buffers; invalid keys become zero rows and flag 0;
+//   score     S = Q K^T with wgmma (both operands in shared memory), masking,
+//             online softmax in registers, P to shared memory for the value
+//             warpgroup, then O[:, 0:256] += P V with P taken from registers;
+//   value     O[:, 256:512] += P V with P from shared memory.
+// V is the first 512 columns of the same K buffer, read N-major by wgmma.
+// Hand-offs use named barriers: FULL(b) producer -> consumers, EMPTY(b)
+// consumers -> producer, P_FULL / P_EMPTY score <-> value. Each side counts the
+// same uses of every barrier, so no barrier is left half-arrived at exit.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "src/cuda/sm90/sm90_ptx.cuh"
+#include "src/cuda/sm90/sm90_row_loaders.cuh"
+#include "src/cuda/sm90/wgmma_ops.cuh"
+#include "src/cuda/sparse_attention_kernel.cuh"
+
+namespace smla::cuda::sm90 {
+
+inline constexpr int kRows = 64;        // query heads per CTA
+inline constexpr int kKeys = 64;        // keys per tile
+inline constexpr int kThreads = 384;    // score, value and producer warpgroups
+inline constexpr int kHalfColumns = kValueDim / 2;
+inline constexpr int kScoreRegisters = 192;
+inline constexpr int kValueRegisters = 160;
+inline constexpr int kProducerRegisters = 152;
+// A thread of a 384-thread CTA starts with 168 registers (65536 / 384, rounded
+// down to a multiple of 8). setmaxnreg only raises above or lowers below that,
+// and a raise waits until the lowered warpgroups have returned enough to the
+// CTA's pool: the three budgets must fit in 3 x 168 or the score warpgroup
+// waits forever.
+inline constexpr int kStartRegisters = 65536 / kThreads / 8 * 8;
+static_assert(kScoreRegisters + kValueRegisters + kProducerRegisters <= 3 * kStartRegisters);
+static_assert(kScoreRegisters >= kStartRegisters && kValueRegisters <= kStartRegisters &&
+              kProducerRegisters <= kStartRegisters);
+
+enum NamedBarrier : int { kFull0 = 1, kEmpty0 = 3, kPFull = 5, kPEmpty = 6, kConsumers = 7 };
+
+template <int kDim>
+struct Sm90Layout {
+  static constexpr int kChunkBytes = 64 * kSwizzleRowBytes;  // 64 rows x 64 values
+  static constexpr int kTileBytes = kDim / 64 * kChunkBytes;
+  static constexpr int kQ = 0;
+  static constexpr int kK = kQ + kTileBytes;  // two K buffers
+  static constexpr int kP = kK + 2 * kTileBytes;
+  static constexpr int kAlpha = kP + kChunkBytes;
+  static constexpr int kRowMax = kAlpha + kRows * 4;
+  static constexpr int kRowSum = kRowMax + kRows * 4;
+  static constexpr int kValid = kRowSum + kRows * 4;  // [2][kKeys]
+  static constexpr int kBytes = kValid + 2 * kKeys * 4;
+  static constexpr int kDynamicBytes = kBytes + kSwizzleAtomBytes;  // slack to align the base to 1024 B
+};
+
+// Outputs of a split with no keys (uniform over the CTA).
+__device__ __forceinline__ void write_empty_split(const SparseAttentionParams& p, int token, int head0, int split) {
+  const int warps = static_cast<int>(blockDim.x) / 32;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const std::int64_t plane = static_cast<std::int64_t>(p.num_tokens) * p.num_heads;
+  for (int row = static_cast<int>(threadIdx.x) / 32; row < kRows; row += warps) {
+    const int head = head0 + row;
+    if (head >= p.num_heads) break;
+    const std::int64_t at = static_cast<std::int64_t>(token) * p.num_heads + head;
+    if (p.num_splits > 1) {
+      if (lane == 0) {
+        p.partial_lse[split * plane + at] = -INFINITY;
+        p.partial_max[split * plane + at] = -INFINITY;
+      }
+      continue;
+    }
+    std::uint16_t* out = p.out + token * p.stride_out_t + head * p.stride_out_h;
+    for (int c = lane * 2; c < kValueDim; c += 64) store_bf16_pair(p, out + c, 0.0f, 0.0f);
+    if (lane == 0 && p.lse != nullptr) p.lse[token * p.stride_lse_t + head * p.stride_lse_h] = INFINITY;
+    if (lane == 0 && p.max_logits != nullptr) p.max_logits[token * p.stride_max_t + head * p.stride_max_h] = -INFINITY;
+  }
+}
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+// Q rows of the head block into the swizzled Q tile (rows past h_q are zero), by the 256 consumer threads.
+template <int kDim>
+__device__ __forceinline__ void load_query(const SparseAttentionParams& p, int token, int head0, std::uint8_t* q_tile,
+                                           int consumer_thread) {
+  constexpr int kUnitsPerRow = kDim / 8;
+  for (int i = consumer_thread; i < kRows * kUnitsPerRow; i += 256) {
+    const int row = i / kUnitsPerRow;
+    const int unit = i % kUnitsPerRow;
+    const int head = head0 + row;
+    uint4 value = make_uint4(0, 0, 0, 0);
+    if (head < p.num_heads) {
+      const std::uint16_t* src = p.q + token * p.stride_q_t + head * p.stride_q_h + unit * 8;
+      if (p.q_aligned_16) {
+        value = __ldg(reinterpret_cast<const uint4*>(src));
+      } else {
+        std::uint32_t e[8];
+        for (int j = 0; j < 8; ++j) e[j] = src[j];
+        value = make_uint4(e[0] | (e[1] << 16), e[2] | (e[3] << 16), e[4] | (e[5] << 16), e[6] | (e[7] << 16));
+      }
+    }
+    *reinterpret_cast<uint4*>(q_tile + (unit / 8) * (64 * kSwizzleRowBytes) + swizzled_offset(row, unit % 8)) = value;
+  }
+}
+
+__device__ __forceinline__ std::uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const std::uint32_t*>(&v);
+}
+
+// Writes one consumer warpgroup's 256 output columns (accumulator layout of
+// wgmma m64n256: rows 16 w + lane / 4 (+ 8), columns 8 i + 2 (lane % 4)).
+__device__ __forceinline__ void write_output_half(const SparseAttentionParams& p, const float (&o)[128], int token,
+                                                  int head0, int split, int column0, const float* row_max,
+                                                  const float* row_sum, int warp, int lane) {
+  const std::int64_t plane = static_cast<std::int64_t>(p.num_tokens) * p.num_heads;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int row = 16 * warp + lane / 4 + 8 * half;
+    const int head = head0 + row;
+    if (head >= p.num_heads) continue;
+    const float m = row_max[row];
+    const float l = row_sum[row];
+    if (p.num_splits > 1) {
+      if (l <= 0.0f) continue;  // the combine skips splits with lse = -inf
+      const float inv = 1.0f / l;
+      float* out = p.partial_out + ((split * plane) + static_cast<std::int64_t>(token) * p.num_heads + head) * kValueDim;
+#pragma unroll
+      for (int i = 0; i < 32; ++i) {
+        const int col = column0 + 8 * i + 2 * (lane % 4);
+        *reinterpret_cast<float2*>(out + col) = make_float2(o[4 * i + 2 * half] * inv, o[4 * i + 2 * half + 1] * inv);
+      }
+    } else {
+      // The sink joins the denominator only: out = sum e^s v / (e^sink + sum e^s).
+      const float inv = l > 0.0f ? 1.0f / (l + exp2f(sink_log2(p, head) - m)) : 0.0f;
+      std::uint16_t* out = p.out + token * p.stride_out_t + head * p.stride_out_h;
+#pragma unroll
+      for (int i = 0; i < 32; ++i) {
+        const int col = column0 + 8 * i + 2 * (lane % 4);
+        store_bf16_pair(p, out + col, o[4 * i + 2 * half] * inv, o[4 * i + 2 * half + 1] * inv);
+      }
+    }
+  }
+}
+
+template <class Loader>
+__device__ __forceinline__ void run_producer(const SparseAttentionParams& p, std::uint8_t* smem, int token, int begin,
+                                             int end, int n_main, int num_tiles, int thread) {
+  using Layout = Sm90Layout<Loader::kDim>;
+  constexpr int kKeysPerRound = 128 / Loader::kParts;
+  constexpr int kRounds = kKeys / kKeysPerRound;
+  int* valid_s = reinterpret_cast<int*>(smem + Layout::kValid);
+  const int part = thread % Loader::kParts;
+  const int key_in_round = thread / Loader::kParts;
+  const int total_rounds = num_tiles * kRounds;
+
+  typename Loader::Share current;
+  typename Loader::Share next;
+  KeySlot current_key;
+  KeySlot next_key;
+  auto load_round = [&](int round, typename Loader::Share& share, KeySlot& key) {
+    const int tile = round / kRounds;
+    const int position = begin + tile * kKeys + (round % kRounds) * kKeysPerRound + key_in_round;
+    key = fetch_key(p, token, position, end, n_main);
+    if (key.valid) {
+      Loader::load(key.source == 0 ? p.source[0] : p.source[1], key.slot, part, share);
+    } else {
+      Loader::clear(share);
+    }
+  };
+  load_round(0, current, current_key);
+  for (int round = 0; round < total_rounds; ++round) {
+    if (round + 1 < total_rounds) load_round(round + 1, next, next_key);
+    const int tile = round / kRounds;
+    const int buffer = tile & 1;
+    if (round % kRounds == 0 && tile >= 2) named_barrier_sync(kEmpty0 + buffer, kThreads);
+    const int key = (round % kRounds) * kKeysPerRound + key_in_round;
+    const float fp8_scale = current_key.source == 0 ? p.source[0].fp8_scale : p.source[1].fp8_scale;
+    Loader::store(smem + Layout::kK + buffer * Layout::kTileBytes, key, part, current, fp8_scale);
+    if (part == 0) valid_s[buffer * kKeys + key] = current_key.valid ? 1 : 0;
+    if (round % kRounds == kRounds - 1) {
+      fence_view_async_shared();
+      named_barrier_arrive(kFull0 + buffer, kThreads);
+    }
+    current = next;
+    current_key = next_key;
+  }
+}
+
+template <class Loader>
+__device__ __forceinline__ void run_score_warpgroup(const SparseAttentionParams& p, std::uint8_t* smem, int token,
+                                                    int head0, int split, int num_tiles, int thread) {
+  using Layout = Sm90Layout<Loader::kDim>;
+  const int warp = thread / 32;
+  const int lane = thread % 32;
+  const int row0 = 16 * warp + lane / 4;  // this thread's rows: row0 and row0 + 8
+  const int* valid_s = reinterpret_cast<const int*>(smem + Layout::kValid);
+  float* alpha_s = reinterpret_cast<float*>(smem + Layout::kAlpha);
+  std::uint8_t* p_tile = smem + Layout::kP;
+  const std::uint32_t q_address = smem_address(smem + Layout::kQ);
+
+  float o[128];
+#pragma unroll
+  for (int i = 0; i < 128; ++i) o[i] = 0.0f;
+  float row_max[2] = {-INFINITY, -INFINITY};  // log2 domain
+  float row_sum[2] = {0.0f, 0.0f};            // this thread's share; the quad's shares meet at the end
+
+  for (int tile = 0; tile < num_tiles; ++tile) {
+    const int buffer = tile & 1;
+    const std::uint32_t k_address = smem_address(smem + Layout::kK + buffer * Layout::kTileBytes);
+    named_barrier_sync(kFull0 + buffer, kThreads);
+
+    float s[32];
+    wgmma_fence();
+#pragma unroll
+    for (int step = 0; step < Loader::kDim / 16; ++step) {
+      const std::uint32_t offset = (step / 4) * Layout::kChunkBytes + (step % 4) * 32;
+      wgmma_m64n64k16_ss<0>(s, make_sw128_desc(q_address + offset, 16, kSwizzleAtomBytes),
+                            make_sw128_desc(k_address + offset, 16, kSwizzleAtomBytes), step > 0 ? 1 : 0);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    pin_registers(s);
+
+    // Mask, scale, online softmax (a row lives in the 4 lanes of a quad).
+    const int* valid = valid_s + buffer * kKeys;
+    float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int key = 8 * i + 2 * (lane % 4);
+      const bool v0 = valid[key] != 0;
+      const bool v1 = valid[key + 1] != 0;
+      s[4 * i] = v0 ? s[4 * i] * p.scale_log2 : -INFINITY;
+      s[4 * i + 1] = v1 ? s[4 * i + 1] * p.scale_log2 : -INFINITY;
+      s[4 * i + 2] = v0 ? s[4 * i + 2] * p.scale_log2 : -INFINITY;
+      s[4 * i + 3] = v1 ? s[4 * i + 3] * p.scale_log2 : -INFINITY;
+      tile_max[0] = fmaxf(tile_max[0], fmaxf(s[4 * i], s[4 * i + 1]));
+      tile_max[1] = fmaxf(tile_max[1], fmaxf(s[4 * i + 2], s[4 * i + 3]));
+    }
+    float alpha[2];
+    float reference[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xFFFFFFFFu, tile_max[h], 1));
+      tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xFFFFFFFFu, tile_max[h], 2));
+      const float new_max = fmaxf(row_max[h], tile_max[h]);
+      reference[h] = new_max == -INFINITY ? 0.0f : new_max;  // keeps -inf - -inf out
+      alpha[h] = exp2f(row_max[h] - reference[h]);
+      row_max[h] = new_max;
+      row_sum[h] *= alpha[h];
+    }
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+      const int h = (i % 4) / 2;
+      s[i] = exp2f(s[i] - reference[h]);
+      row_sum[h] += s[i];
+    }
+    std::uint32_t probabilities[4][4];  // A fragments of the four 16-key steps of P V
+#pragma unroll
+    for (int step = 0; step < 4; ++step) {
+#pragma unroll
+      for (int r = 0; r < 4; ++r) probabilities[step][r] = pack_bf16(s[8 * step + 2 * r], s[8 * step + 2 * r + 1]);
+    }
+
+    // P and the rescale factors for the value warpgroup (one buffer: wait until it read the last ones).
+    if (tile > 0) named_barrier_sync(kPEmpty, 256);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const std::uint32_t column_byte = 4 * (lane % 4);
+      *reinterpret_cast<std::uint32_t*>(p_tile + swizzled_offset(row0, i) + column_byte) = probabilities[i / 2][(i % 2) * 2];
+      *reinterpret_cast<std::uint32_t*>(p_tile + swizzled_offset(row0 + 8, i) + column_byte) =
+          probabilities[i / 2][(i % 2) * 2 + 1];
+    }
+    if (lane % 4 == 0) {
+      alpha_s[row0] = alpha[0];
+      alpha_s[row0 + 8] = alpha[1];
+    }
+    fence_view_async_shared();
+    named_barrier_arrive(kPFull, 256);
+
+    // O[:, 0:256] = alpha O + P V.
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+      o[4 * i] *= alpha[0];
+      o[4 * i + 1] *= alpha[0];
+      o[4 * i + 2] *= alpha[1];
+      o[4 * i + 3] *= alpha[1];
+    }
+    pin_registers(o);
+    wgmma_fence();
+#pragma unroll
+    for (int step = 0; step < 4; ++step) {
+      wgmma_m64n256k16_rs<1>(o, probabilities[step],
+                             make_sw128_desc(k_address + step * 16 * kSwizzleRowBytes, Layout::kChunkBytes, kSwizzleAtomBytes),
+                             1);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    pin_registers(o);
+    if (tile + 2 < num_tiles) named_barrier_arrive(kEmpty0 + buffer, kThreads);
+  }
+
+  // Row statistics: the quad's partial sums meet; lane 0 of the quad publishes.
+  float* max_s = reinterpret_cast<float*>(smem + Layout::kRowMax);
+  float* sum_s = reinterpret_cast<float*>(smem + Layout::kRowSum);
+  const std::int64_t plane = static_cast<std::int64_t>(p.num_tokens) * p.num_heads;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    row_sum[h] += __shfl_xor_sync(0xFFFFFFFFu, row_sum[h], 1);
+    row_sum[h] += __shfl_xor_sync(0xFFFFFFFFu, row_sum[h], 2);
+    const int row = row0 + 8 * h;
+    if (lane % 4 != 0) continue;
+    max_s[row] = row_max[h];
+    sum_s[row] = row_sum[h];
+    const int head = head0 + row;
+    if (head >= p.num_heads) continue;
+    const std::int64_t at = static_cast<std::int64_t>(token) * p.num_heads + head;
+    if (p.num_splits > 1) {
+      p.partial_lse[split * plane + at] = row_sum[h] > 0.0f ? row_max[h] + log2f(row_sum[h]) : -INFINITY;
+      p.partial_max[split * plane + at] = row_max[h];
+    } else {
+      if (p.lse != nullptr) {
+        p.lse[token * p.stride_lse_t + head * p.stride_lse_h] =
+            row_sum[h] > 0.0f ? (row_max[h] + log2f(row_sum[h])) * kLn2 : INFINITY;
+      }
+      if (p.max_logits != nullptr) {
+        p.max_logits[token * p.stride_max_t + head * p.stride_max_h] =
+            row_sum[h] > 0.0f ? row_max[h] * kLn2 : -INFINITY;
+      }
+    }
+  }
+  named_barrier_sync(kConsumers, 256);
+  write_output_half(p, o, token, head0, split, 0, max_s, sum_s, warp, lane);
+}
+
+template <class Loader>
+__device__ __forceinline__ void run_value_warpgroup(const SparseAttentionParams& p, std::uint8_t* smem, int token,
+                                                    int head0, int split, int num_tiles, int thread) {
+  using Layout = Sm90Layout<Loader::kDim>;
+  const int warp = thread / 32;
+  const int lane = thread % 32;
+  const int row0 = 16 * warp + lane / 4;
+  const float* alpha_s = reinterpret_cast<const float*>(smem + Layout::kAlpha);
+  const std::uint32_t p_address = smem_address(smem + Layout::kP);
+
+  float o[128];
+#pragma unroll
+  for (int i = 0; i < 128; ++i) o[i] = 0.0f;
+  for (int tile = 0; tile < num_tiles; ++tile) {
+    const int buffer = tile & 1;
+    const std::uint32_t v_address =
+        smem_address(smem + Layout::kK + buffer * Layout::kTileBytes) + (kHalfColumns / 64) * Layout::kChunkBytes;
+    named_barrier_sync(kFull0 + buffer, kThreads);
+    named_barrier_sync(kPFull, 256);
+    const float alpha0 = alpha_s[row0];
+    const float alpha1 = alpha_s[row0 + 8];
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+      o[4 * i] *= alpha0;
+      o[4 * i + 1] *= alpha0;
+      o[4 * i + 2] *= alpha1;
+      o[4 * i + 3] *= alpha1;
+    }
+    pin_registers(o);
+    wgmma_fence();
+#pragma unroll
+    for (int step = 0; step < 4; ++step) {
+      wgmma_m64n256k16_ss<1>(o, make_sw128_desc(p_address + step * 32, 16, kSwizzleAtomBytes),
+                             make_sw128_desc(v_address + step * 16 * kSwizzleRowBytes, Layout::kChunkBytes, kSwizzleAtomBytes),
+                             1);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    pin_registers(o);
+    if (tile + 1 < num_tiles) named_barrier_arrive(kPEmpty, 256);
+    if (tile + 2 < num_tiles) named_barrier_arrive(kEmpty0 + buffer, kThreads);
+  }
+  named_barrier_sync(kConsumers, 256);
+  write_output_half(p, o, token, head0, split, kHalfColumns, reinterpret_cast<const float*>(smem + Layout::kRowMax),
+                    reinterpret_cast<const float*>(smem + Layout::kRowSum), warp, lane);
+}
+
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+
+template <class Loader>
+__global__ void __launch_bounds__(kThreads, 1) sm90_attention_kernel(const __grid_constant__ SparseAttentionParams p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using Layout = Sm90Layout<Loader::kDim>;
+  extern __shared__ __align__(16) std::uint8_t smem_raw[];
+  const std::uint32_t raw_address = smem_address(smem_raw);
+  std::uint8_t* smem = smem_raw + ((kSwizzleAtomBytes - raw_address % kSwizzleAtomBytes) % kSwizzleAtomBytes);
+
+  const int token = static_cast<int>(blockIdx.x);
+  const int head0 = static_cast<int>(blockIdx.y) * kRows;
+  const int split = static_cast<int>(blockIdx.z);
+  const int tid = static_cast<int>(threadIdx.x);
+
+  // This split's share of the token's valid keys, from the length values on the device.
+  const int n_main = clamped_length(p.source[0], token);
+  const int n_extra = p.num_sources > 1 ? clamped_length(p.source[1], token) : 0;
+  const int n_keys = n_main + n_extra;
+  const int per_split = ((n_keys + p.num_splits - 1) / p.num_splits + kKeys - 1) / kKeys * kKeys;
+  const int begin = split * per_split;
+  const int end = min(n_keys, begin + per_split);
+  if (begin >= end) {
+    write_empty_split(p, token, head0, split);
+    return;
+  }
+  const int num_tiles = (end - begin + kKeys - 1) / kKeys;
+
+  const int warpgroup = tid / 128;
+  if (warpgroup == 2) {
+    lower_registers<kProducerRegisters>();
+    run_producer<Loader>(p, smem, token, begin, end, n_main, num_tiles, tid - 256);
+  } else if (warpgroup == 0) {
+    raise_registers<kScoreRegisters>();
+    load_query<Loader::kDim>(p, token, head0, smem + Layout::kQ, tid);
+    fence_view_async_shared();
+    named_barrier_sync(kConsumers, 256);
+    run_score_warpgroup<Loader>(p, smem, token, head0, split, num_tiles, tid);
+  } else {
+    lower_registers<kValueRegisters>();  // below the 168 every thread starts with
+    load_query<Loader::kDim>(p, token, head0, smem + Layout::kQ, tid);
+    fence_view_async_shared();
+    named_barrier_sync(kConsumers, 256);
+    run_value_warpgroup<Loader>(p, smem, token, head0, split, num_tiles, tid - 128);
+  }
+#else
+  (void)p;  // never launched: the host uses this kernel only on sm_90 devices of an sm_90a build
+#endif
+}
+
+}  // namespace smla::cuda::sm90

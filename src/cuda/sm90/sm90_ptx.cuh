@@ -1,0 +1,70 @@
+// Hopper (sm_90a) building blocks of the sm90 attention kernel: shared-memory
+// matrix descriptors for 128-byte-swizzled tiles, the wgmma fence / commit /
+// wait protocol, named barriers and warpgroup register reallocation.
+// Compiled to real instructions only for sm_90a; other targets see stubs that
+// are never launched (the host dispatch checks the device first).
+#pragma once
+
+#include <cstdint>
+
+#include "src/cuda/ptx.cuh"
+
+namespace smla::cuda::sm90 {
+
+// A 128-byte-swizzled tile: rows of 64 bf16 values (128 B); 16-byte unit c of
+// row r sits at unit c ^ (r % 8). Tiles start on 1024-byte boundaries.
+inline constexpr int kSwizzleRowBytes = 128;
+inline constexpr int kSwizzleAtomBytes = 1024;  // 8 rows
+
+__device__ __forceinline__ std::uint32_t swizzled_offset(int row, int unit16) {
+  return static_cast<std::uint32_t>(row * kSwizzleRowBytes + ((unit16 ^ (row & 7)) << 4));
+}
+
+// Matrix descriptor (PTX ISA "Matrix Descriptor Format"): start address, leading
+// and stride byte offsets (all >> 4), 128-byte swizzle (mode 1, bits 62-63).
+__device__ __forceinline__ std::uint64_t make_sw128_desc(std::uint32_t smem_byte_address, std::uint32_t leading_bytes,
+                                                         std::uint32_t stride_bytes) {
+  return static_cast<std::uint64_t>((smem_byte_address & 0x3FFFFu) >> 4) |
+         (static_cast<std::uint64_t>((leading_bytes & 0x3FFFFu) >> 4) << 16) |
+         (static_cast<std::uint64_t>((stride_bytes & 0x3FFFFu) >> 4) << 32) | (std::uint64_t{1} << 62);
+}
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
+// Generic-proxy shared-memory writes become visible to wgmma (the async proxy).
+__device__ __forceinline__ void fence_view_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+template <int kRegisters>
+__device__ __forceinline__ void raise_registers() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+}
+template <int kRegisters>
+__device__ __forceinline__ void lower_registers() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+}
+#endif
+
+// Named barriers: `sync` waits for `threads` arrivals (its own included);
+// `arrive` counts one thread without waiting.
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// Keeps the compiler from moving reads or writes of an accumulator across the
+// wgmma issue / wait points (the registers change asynchronously in between).
+template <int kCount>
+__device__ __forceinline__ void pin_registers(float (&values)[kCount]) {
+#pragma unroll
+  for (int i = 0; i < kCount; ++i) asm volatile("" : "+f"(values[i])::"memory");
+}
+
+}  // namespace smla::cuda::sm90

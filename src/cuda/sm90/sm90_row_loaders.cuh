@@ -1,0 +1,182 @@
+// How the producer warpgroup of the sm90 attention kernel reads one KV token
+// and writes it as a bf16 K row into a 128-byte-swizzled tile.
+//
+// A row is a list of 16-byte source units: FP8 units (16 e4m3 codes, expanded
+// to 16 bf16 values with the unit's scale) followed by bf16 units (8 values,
+// copied). kParts threads share a key; thread `part` takes units part,
+// part + kParts, ... so that one 8-thread phase of a store covers 8 distinct
+// 16-byte columns of the swizzled tile (no bank conflicts). Every byte offset
+// comes from the format traits (include/smla/kv_format.h).
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "smla/kv_format.h"
+#include "smla/numeric.h"
+#include "src/cuda/kv_loaders.cuh"
+#include "src/cuda/sm90/sm90_ptx.cuh"
+#include "src/cuda/sparse_attention_params.h"
+
+namespace smla::cuda::sm90 {
+
+struct NoScales {};
+
+// Where one token's bytes are: its data row and (for formats with a scale footer) its scales.
+struct RowLocation {
+  const std::uint8_t* row = nullptr;
+  const std::uint8_t* scales = nullptr;
+};
+
+// DeepSeek-V4: 448 e4m3 NoPE then 64 bf16 RoPE in the data row; 7 UE8M0 scales
+// (plus a pad byte) in the page's scale rows.
+struct V4Units {
+  using Format = V4Fp8Format;
+  using Scales = uint2;
+  static constexpr int kDim = Format::kHeadDim;
+  static constexpr int kFp8Units = Format::kNopeDim / 16;
+  static constexpr int kBf16Units = Format::kRopeDim * 2 / 16;
+  static constexpr int kParts = 4;
+  static_assert(Format::rope_offset(0, 1) == Format::kNopeDim && Format::kScaleBytes == sizeof(Scales));
+  __device__ static RowLocation locate(const KvSourceParams& src, std::uint32_t slot) {
+    std::uint32_t entry = 0;
+    const std::uint8_t* page = page_base(src, slot, &entry);
+    return {page + Format::nope_offset(entry, src.page_size), page + Format::scale_offset(entry, src.page_size)};
+  }
+  __device__ static int unit_offset(int unit) { return 16 * unit; }
+  __device__ static Scales load_scales(const RowLocation& at) { return __ldg(reinterpret_cast<const uint2*>(at.scales)); }
+  __device__ static float unit_scale(const Scales& scales, int unit, float /*fp8_scale*/) {
+    const int tile = unit * 16 / Format::kTile;
+    const std::uint32_t word = tile < 4 ? scales.x : scales.y;
+    return ue8m0_to_f32(static_cast<std::uint8_t>(word >> (8 * (tile % 4))));
+  }
+};
+
+// DeepSeek-V3.2: 512 e4m3, 4 f32 scales, 64 bf16 RoPE, token-contiguous.
+struct V32Units {
+  using Format = V32Fp8Format;
+  using Scales = float4;
+  static constexpr int kDim = Format::kHeadDim;
+  static constexpr int kFp8Units = Format::kNopeDim / 16;
+  static constexpr int kBf16Units = Format::kRopeDim * 2 / 16;
+  static constexpr int kParts = 4;
+  static_assert(Format::kScaleBytes == sizeof(Scales) && Format::scale_offset(0, 1) % 16 == 0);
+  __device__ static RowLocation locate(const KvSourceParams& src, std::uint32_t slot) {
+    std::uint32_t entry = 0;
+    const std::uint8_t* row = page_base(src, slot, &entry) + Format::nope_offset(entry, src.page_size);
+    return {row, row + Format::scale_offset(0, 1)};
+  }
+  __device__ static int unit_offset(int unit) {
+    return unit < kFp8Units ? 16 * unit : static_cast<int>(Format::rope_offset(0, 1)) + 16 * (unit - kFp8Units);
+  }
+  __device__ static Scales load_scales(const RowLocation& at) { return __ldg(reinterpret_cast<const float4*>(at.scales)); }
+  __device__ static float unit_scale(const Scales& scales, int unit, float /*fp8_scale*/) {
+    switch (unit * 16 / Format::kTile) {
+      case 0: return scales.x;
+      case 1: return scales.y;
+      case 2: return scales.z;
+      default: return scales.w;
+    }
+  }
+};
+
+// Plain e4m3 rows with one per-tensor scale.
+struct Fp8RowUnits {
+  using Format = Fp8RowsFormat;
+  using Scales = NoScales;
+  static constexpr int kDim = Format::kHeadDim;
+  static constexpr int kFp8Units = Format::kHeadDim / 16;
+  static constexpr int kBf16Units = 0;
+  static constexpr int kParts = 4;
+  __device__ static RowLocation locate(const KvSourceParams& src, std::uint32_t slot) {
+    std::uint32_t entry = 0;
+    const std::uint8_t* page = page_base(src, slot, &entry);
+    return {page + static_cast<std::int64_t>(entry) * src.row_stride_bytes, nullptr};
+  }
+  __device__ static int unit_offset(int unit) { return 16 * unit; }
+  __device__ static Scales load_scales(const RowLocation&) { return {}; }
+  __device__ static float unit_scale(const Scales&, int, float fp8_scale) { return fp8_scale; }
+};
+
+// Plain bf16 rows of kDimValue values (the bf16 paged format and the flat prefill workspace).
+template <int kDimValue>
+struct Bf16RowUnits {
+  using Scales = NoScales;
+  static constexpr int kDim = kDimValue;
+  static constexpr int kFp8Units = 0;
+  static constexpr int kBf16Units = kDim * 2 / 16;
+  static constexpr int kParts = 8;
+  __device__ static RowLocation locate(const KvSourceParams& src, std::uint32_t slot) {
+    std::uint32_t entry = 0;
+    const std::uint8_t* page = page_base(src, slot, &entry);
+    return {page + static_cast<std::int64_t>(entry) * src.row_stride_bytes, nullptr};
+  }
+  __device__ static int unit_offset(int unit) { return 16 * unit; }
+  __device__ static Scales load_scales(const RowLocation&) { return {}; }
+  __device__ static float unit_scale(const Scales&, int, float) { return 1.0f; }
+};
+
+// One thread's share of one key: its raw units and the row's scales, held in
+// registers between the load (issued a round early) and the store.
+template <class Units>
+struct Sm90RowLoader {
+  static constexpr int kDim = Units::kDim;
+  static constexpr int kParts = Units::kParts;
+  static constexpr int kUnits = Units::kFp8Units + Units::kBf16Units;
+  static constexpr int kUnitsPerPart = (kUnits + kParts - 1) / kParts;
+  static_assert(kDim % 64 == 0, "K rows are whole 64-value (128-byte) swizzle rows");
+
+  struct Share {
+    uint4 units[kUnitsPerPart];
+    typename Units::Scales scales;
+  };
+
+  __device__ static void load(const KvSourceParams& src, std::uint32_t slot, int part, Share& share) {
+    const RowLocation at = Units::locate(src, slot);
+#pragma unroll
+    for (int j = 0; j < kUnitsPerPart; ++j) {
+      const int unit = part + kParts * j;
+      if (kUnits % kParts == 0 || unit < kUnits) {
+        share.units[j] = __ldg(reinterpret_cast<const uint4*>(at.row + Units::unit_offset(unit)));
+      }
+    }
+    share.scales = Units::load_scales(at);
+  }
+
+  __device__ static void clear(Share& share) {
+#pragma unroll
+    for (int j = 0; j < kUnitsPerPart; ++j) share.units[j] = make_uint4(0, 0, 0, 0);
+    share.scales = {};
+  }
+
+  // Writes the share into row `key` of a K tile (kDim / 64 swizzled 64-row regions of 8 KB).
+  __device__ static void store(std::uint8_t* tile, int key, int part, const Share& share, float fp8_scale) {
+#pragma unroll
+    for (int j = 0; j < kUnitsPerPart; ++j) {
+      const int unit = part + kParts * j;
+      if (!(kUnits % kParts == 0 || unit < kUnits)) continue;
+      if (unit < Units::kFp8Units) {
+        const float scale = Units::unit_scale(share.scales, unit, fp8_scale);
+        const uint4 codes = share.units[j];
+        const int dim = 16 * unit;
+        const uint2 a = e4m3x4_to_bf16x4(codes.x, scale);
+        const uint2 b = e4m3x4_to_bf16x4(codes.y, scale);
+        const uint2 c = e4m3x4_to_bf16x4(codes.z, scale);
+        const uint2 d = e4m3x4_to_bf16x4(codes.w, scale);
+        *reinterpret_cast<uint4*>(tile + element_offset(key, dim)) = make_uint4(a.x, a.y, b.x, b.y);
+        *reinterpret_cast<uint4*>(tile + element_offset(key, dim + 8)) = make_uint4(c.x, c.y, d.x, d.y);
+      } else {
+        const int dim = 16 * Units::kFp8Units + 8 * (unit - Units::kFp8Units);
+        *reinterpret_cast<uint4*>(tile + element_offset(key, dim)) = share.units[j];
+      }
+    }
+  }
+
+  // Byte offset of value `dim` (a multiple of 8) of row `row` in a swizzled tile of 64 rows.
+  __device__ static std::uint32_t element_offset(int row, int dim) {
+    return static_cast<std::uint32_t>((dim / 64) * (64 * kSwizzleRowBytes)) + swizzled_offset(row, (dim % 64) / 8);
+  }
+};
+
+}  // namespace smla::cuda::sm90

@@ -1,0 +1,65 @@
+// Shared checks of the CUDA attention tests: run the float64 reference on a
+// host testkit case and the cuda backend on a device copy (outputs poisoned on
+// both sides), then compare every element within bf16 tolerances.
+#pragma once
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "smla/attention.h"
+#include "tests/common/test_common.h"
+#include "tests/unit/cuda/device_copy.h"
+#include "testkit/testkit.h"
+
+namespace smla::cudatest {
+
+// bf16 inputs and P, f32 accumulation, bf16 output: about 1e-2 of |v| ~ 1.
+inline const testkit::Tolerance kOutTolerance{2e-2, 2e-2, 1e-4};
+inline const testkit::Tolerance kStatTolerance{2e-3, 1e-4, 1e-6};
+
+inline void expect_decode_matches(testkit::DecodeCaseOptions options, const std::string& what) {
+  options.seed = testing::test_seed() + options.seed;
+  SMLA_SEED_TRACE(options.seed);
+  SCOPED_TRACE(what);
+  testkit::DecodeCase c = testkit::make_decode_case(options);
+  ASSERT_TRUE(testing::IsOk(sparse_decode(c.args(), Backend::kReference)));
+
+  testkit::HostTensor got_out = c.make_out();
+  testkit::HostTensor got_lse = c.make_lse();
+  testkit::poison(got_out.view());
+  testkit::poison(got_lse.view());
+  DeviceDecodeArgs device(c.args_with_outputs(got_out.view(), got_lse.view()));
+  ASSERT_TRUE(testing::IsOk(sparse_decode(device.args, Backend::kCuda)));
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  copy_to_host(*device.out, got_out.view());
+  copy_to_host(*device.lse, got_lse.view());
+  EXPECT_TRUE(testing::WithinTolerance(testkit::compare_bf16(got_out.view(), c.out().view(), kOutTolerance), "out"));
+  EXPECT_TRUE(testing::WithinTolerance(testkit::compare_f32(got_lse.view(), c.lse().view(), kStatTolerance), "lse"));
+}
+
+inline void expect_prefill_matches(testkit::PrefillCaseOptions options, const std::string& what) {
+  options.seed = testing::test_seed() + options.seed;
+  SMLA_SEED_TRACE(options.seed);
+  SCOPED_TRACE(what);
+  testkit::PrefillCase c = testkit::make_prefill_case(options);
+  ASSERT_TRUE(testing::IsOk(sparse_prefill(c.args(), Backend::kReference)));
+  testkit::HostTensor got_out = c.make_out();
+  testkit::HostTensor got_max = c.make_max_logits();
+  testkit::HostTensor got_lse = c.make_lse();
+  testkit::poison(got_out.view());
+  testkit::poison(got_max.view());
+  testkit::poison(got_lse.view());
+  DevicePrefillArgs device(c.args_with_outputs(got_out.view(), got_max.view(), got_lse.view()));
+  ASSERT_TRUE(testing::IsOk(sparse_prefill(device.args, Backend::kCuda)));
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  copy_to_host(*device.out, got_out.view());
+  copy_to_host(*device.max_logits, got_max.view());
+  copy_to_host(*device.lse, got_lse.view());
+  EXPECT_TRUE(testing::WithinTolerance(testkit::compare_bf16(got_out.view(), c.out().view(), kOutTolerance), "out"));
+  EXPECT_TRUE(testing::WithinTolerance(testkit::compare_f32(got_max.view(), c.max_logits().view(), kStatTolerance), "max"));
+  EXPECT_TRUE(testing::WithinTolerance(testkit::compare_f32(got_lse.view(), c.lse().view(), kStatTolerance), "lse"));
+}
+
+}  // namespace smla::cudatest

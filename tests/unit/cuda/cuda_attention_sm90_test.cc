@@ -1,0 +1,149 @@
+// The Hopper (sm_90a, wgmma) attention kernel against the float64 reference:
+// long key lists (many 64-key tiles, so both K buffers and every barrier are
+// reused), tile-boundary lengths, splits, padded head rows, every row format,
+// both prefill sources. Each case runs twice, once on the sm90 kernel and once
+// with SMLA_CUDA_ATTENTION=portable, so both stay checked on an H100. On other
+// devices both runs use the portable kernel (the skip message says so).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <functional>
+#include <string>
+
+#include "src/cuda/sparse_attention_launch.h"
+#include "tests/unit/cuda/attention_expect.h"
+
+namespace smla {
+namespace {
+
+using cudatest::expect_decode_matches;
+using cudatest::expect_prefill_matches;
+
+// Runs `check` on the default kernel choice, then on the portable kernel.
+void on_both_kernels(const std::function<void(const std::string&)>& check) {
+  check(cuda::sm90_attention_usable() ? "sm90 kernel" : "portable kernel (no sm90 device)");
+  ::setenv("SMLA_CUDA_ATTENTION", "portable", 1);
+  check("portable kernel");
+  ::unsetenv("SMLA_CUDA_ATTENTION");
+}
+
+#define SKIP_WITHOUT_DEVICE()                                                                                  \
+  do {                                                                                                         \
+    if (!cudatest::cuda_device_present()) GTEST_SKIP() << "no CUDA device";                                     \
+    if (!cuda::sm90_attention_usable()) std::cout << "[ NOTE ] no sm_90a device: both runs use the portable kernel\n"; \
+  } while (0)
+
+testkit::DecodeCaseOptions long_v4_case() {
+  testkit::DecodeCaseOptions o;
+  o.num_requests = 2;
+  o.s_q = 2;
+  o.num_heads = 64;
+  o.main_topk = 128;
+  o.main_page_size = 256;
+  o.main_context = 600;
+  o.extra_topk = 1024;  // 18 tiles of 64 keys per token
+  o.extra_page_size = 64;
+  o.extra_context = 2000;
+  return o;
+}
+
+TEST(CudaSm90Attention, LongKeyListsH64AndH128) {
+  SKIP_WITHOUT_DEVICE();
+  on_both_kernels([](const std::string& kernel) {
+    testkit::DecodeCaseOptions o = long_v4_case();
+    expect_decode_matches(o, kernel + " h64");
+    o.num_heads = 128;
+    o.seed = 2;
+    expect_decode_matches(o, kernel + " h128");
+  });
+}
+
+TEST(CudaSm90Attention, LengthsInvalidIndicesOddPagesPaddedRows) {
+  SKIP_WITHOUT_DEVICE();
+  on_both_kernels([](const std::string& kernel) {
+    for (std::int64_t heads : {33, 64, 100, 128}) {
+      testkit::DecodeCaseOptions o = long_v4_case();
+      o.num_heads = heads;
+      o.random_lengths = true;
+      o.invalid_index_fraction = 0.25;
+      o.main_page_size = 37;
+      o.extra_page_size = 3;
+      o.num_requests = 3;
+      o.s_q = 3;
+      o.seed = static_cast<std::uint64_t>(heads);
+      expect_decode_matches(o, kernel + " heads " + std::to_string(heads));
+    }
+  });
+}
+
+// Lengths on and around the 64-key tile edges: 0, 1, 63, 64, 65, 127, 128, 129 keys in total.
+TEST(CudaSm90Attention, TileEdgeLengths) {
+  SKIP_WITHOUT_DEVICE();
+  on_both_kernels([](const std::string& kernel) {
+    for (std::int64_t keys : {1, 63, 64, 65, 127, 128, 129}) {
+      testkit::DecodeCaseOptions o = long_v4_case();
+      o.main_topk = keys;
+      o.extra_topk = 0;
+      o.main_context = 300;
+      o.seed = static_cast<std::uint64_t>(keys);
+      expect_decode_matches(o, kernel + " keys " + std::to_string(keys));
+    }
+  });
+}
+
+// One token: its keys are split over many CTAs and merged by the combine.
+TEST(CudaSm90Attention, SplitOverKeys) {
+  SKIP_WITHOUT_DEVICE();
+  on_both_kernels([](const std::string& kernel) {
+    testkit::DecodeCaseOptions o = long_v4_case();
+    o.num_requests = 1;
+    o.s_q = 1;
+    o.random_lengths = true;
+    expect_decode_matches(o, kernel + " one token h64");
+    o.num_heads = 128;
+    o.strided = true;
+    expect_decode_matches(o, kernel + " one token h128 strided");
+  });
+}
+
+TEST(CudaSm90Attention, EveryRowFormat) {
+  SKIP_WITHOUT_DEVICE();
+  on_both_kernels([](const std::string& kernel) {
+    testkit::DecodeCaseOptions v32;
+    v32.format = KvFormat::kV32Fp8;
+    v32.num_requests = 2;
+    v32.num_heads = 128;
+    v32.main_topk = 2048;
+    v32.main_context = 3000;
+    v32.extra_topk = 0;
+    v32.random_lengths = true;
+    v32.invalid_index_fraction = 0.1;
+    expect_decode_matches(v32, kernel + " v3.2 h128 topk 2048");
+    for (KvFormat format : {KvFormat::kBf16Rows, KvFormat::kFp8Rows}) {
+      testkit::DecodeCaseOptions o = long_v4_case();
+      o.format = format;
+      o.random_lengths = true;
+      o.strided = true;
+      expect_decode_matches(o, kernel + " " + std::string(kv_format_name(format)));
+    }
+  });
+}
+
+TEST(CudaSm90Attention, FlatPrefillBothHeadDims) {
+  SKIP_WITHOUT_DEVICE();
+  on_both_kernels([](const std::string& kernel) {
+    testkit::PrefillCaseOptions o;
+    o.s_q = 9;
+    o.s_kv = 1500;
+    o.num_heads = 128;
+    o.topk = 700;
+    expect_prefill_matches(o, kernel + " d512 h128");
+    o.d_qk = 576;
+    o.num_heads = 64;
+    o.strided = true;
+    expect_prefill_matches(o, kernel + " d576 h64 strided");
+  });
+}
+
+}  // namespace
+}  // namespace smla
