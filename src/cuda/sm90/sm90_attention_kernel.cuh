@@ -163,23 +163,27 @@ __device__ __forceinline__ void run_producer(const SparseAttentionParams& p, std
   const int key_in_round = thread / Loader::kParts;
   const int total_rounds = num_tiles * kRounds;
 
-  typename Loader::Share current;
-  typename Loader::Share next;
-  KeySlot current_key;
-  KeySlot next_key;
-  auto load_round = [&](int round, typename Loader::Share& share, KeySlot& key) {
-    const int tile = round / kRounds;
-    const int position = begin + tile * kKeys + (round % kRounds) * kKeysPerRound + key_in_round;
-    key = fetch_key(p, token, position, end, n_main);
+  // Index values are read two passes ahead and rows one pass ahead, so a row
+  // load never waits behind the load of its own index.
+  auto key_of_round = [&](int round) {
+    const int position = begin + round / kRounds * kKeys + (round % kRounds) * kKeysPerRound + key_in_round;
+    return fetch_key(p, token, position, end, n_main);  // invalid past `end`: nothing is read
+  };
+  auto load_share = [&](const KeySlot& key, typename Loader::Share& share) {
     if (key.valid) {
       Loader::load(key.source == 0 ? p.source[0] : p.source[1], key.slot, part, share);
     } else {
       Loader::clear(share);
     }
   };
-  load_round(0, current, current_key);
+  typename Loader::Share current;
+  typename Loader::Share next;
+  KeySlot current_key = key_of_round(0);
+  KeySlot next_key = key_of_round(1);
+  load_share(current_key, current);
   for (int round = 0; round < total_rounds; ++round) {
-    if (round + 1 < total_rounds) load_round(round + 1, next, next_key);
+    const KeySlot key_after_next = key_of_round(round + 2);
+    if (round + 1 < total_rounds) load_share(next_key, next);
     const int tile = round / kRounds;
     const int buffer = tile & 1;
     if (round % kRounds == 0 && tile >= 2) named_barrier_sync(kEmpty0 + buffer, kThreads);
@@ -193,6 +197,7 @@ __device__ __forceinline__ void run_producer(const SparseAttentionParams& p, std
     }
     current = next;
     current_key = next_key;
+    next_key = key_after_next;
   }
 }
 
@@ -391,7 +396,7 @@ __device__ __forceinline__ void run_value_warpgroup(const SparseAttentionParams&
 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
-template <class Loader>
+template <class Loader, bool kTokenMajor>
 __global__ void __launch_bounds__(kThreads, 1) sm90_attention_kernel(const __grid_constant__ SparseAttentionParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Layout = Sm90Layout<Loader::kDim>;
@@ -399,8 +404,13 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_attention_kernel(const __gri
   const std::uint32_t raw_address = smem_address(smem_raw);
   std::uint8_t* smem = smem_raw + ((kSwizzleAtomBytes - raw_address % kSwizzleAtomBytes) % kSwizzleAtomBytes);
 
-  const int token = static_cast<int>(blockIdx.x);
-  const int head0 = static_cast<int>(blockIdx.y) * kRows;
+  // Blocks start in x-fastest order. kTokenMajor renumbers them so that a
+  // token's head blocks start together and the second reads the rows the first
+  // just brought into L2.
+  const int dispatch = static_cast<int>(blockIdx.x + blockIdx.y * gridDim.x);
+  const int head_blocks = static_cast<int>(gridDim.y);
+  const int token = kTokenMajor ? dispatch / head_blocks : static_cast<int>(blockIdx.x);
+  const int head0 = (kTokenMajor ? dispatch % head_blocks : static_cast<int>(blockIdx.y)) * kRows;
   const int split = static_cast<int>(blockIdx.z);
   const int tid = static_cast<int>(threadIdx.x);
 

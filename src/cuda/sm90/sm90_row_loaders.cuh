@@ -60,7 +60,7 @@ struct V32Units {
   static constexpr int kDim = Format::kHeadDim;
   static constexpr int kFp8Units = Format::kNopeDim / 16;
   static constexpr int kBf16Units = Format::kRopeDim * 2 / 16;
-  static constexpr int kParts = 4;
+  static constexpr int kParts = 8;  // 5 units a thread: with 4, two passes of shares do not fit the producer's registers
   static_assert(Format::kScaleBytes == sizeof(Scales) && Format::scale_offset(0, 1) % 16 == 0);
   __device__ static RowLocation locate(const KvSourceParams& src, std::uint32_t slot) {
     std::uint32_t entry = 0;
@@ -164,8 +164,13 @@ struct Sm90RowLoader {
         const uint2 b = e4m3x4_to_bf16x4(codes.y, scale);
         const uint2 c = e4m3x4_to_bf16x4(codes.z, scale);
         const uint2 d = e4m3x4_to_bf16x4(codes.w, scale);
-        *reinterpret_cast<uint4*>(tile + element_offset(key, dim)) = make_uint4(a.x, a.y, b.x, b.y);
-        *reinterpret_cast<uint4*>(tile + element_offset(key, dim + 8)) = make_uint4(c.x, c.y, d.x, d.y);
+        const uint4 low = make_uint4(a.x, a.y, b.x, b.y);
+        const uint4 high = make_uint4(c.x, c.y, d.x, d.y);
+        // With 8 parts a key's phase spans two 64-value rows: parts 4..7 write their
+        // pair of columns in the other order, so the phase's 8 stores hit 8 distinct columns.
+        const bool high_first = (part / 4) % 2 == 1;
+        *reinterpret_cast<uint4*>(tile + element_offset(key, high_first ? dim + 8 : dim)) = high_first ? high : low;
+        *reinterpret_cast<uint4*>(tile + element_offset(key, high_first ? dim : dim + 8)) = high_first ? low : high;
       } else {
         const int dim = 16 * Units::kFp8Units + 8 * (unit - Units::kFp8Units);
         *reinterpret_cast<uint4*>(tile + element_offset(key, dim)) = share.units[j];

@@ -2,29 +2,37 @@
 // (included by the per-format instantiation files only).
 #pragma once
 
+#include <cstdlib>
+#include <string_view>
+
 #include "src/cuda/sm90/sm90_attention.h"
 #include "src/cuda/sm90/sm90_attention_kernel.cuh"
 
 namespace smla::cuda::sm90 {
 
-template <class Loader>
-cudaError_t set_sm90_smem_limit(int smem_bytes) {
-  return cudaFuncSetAttribute(sm90_attention_kernel<Loader>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+// SMLA_SM90_BLOCK_ORDER=grid keeps the launch's block order (head blocks of a
+// token far apart); the default starts a token's head blocks together.
+inline bool sm90_token_major_order() {
+  const char* order = std::getenv("SMLA_SM90_BLOCK_ORDER");
+  return order == nullptr || std::string_view(order) != "grid";
 }
 
 template <class Loader>
 cudaError_t launch_sm90_attention(const SparseAttentionParams& params, dim3 grid, int smem_bytes, cudaStream_t stream) {
-  const cudaError_t status = set_sm90_smem_limit<Loader>(smem_bytes);
+  const bool token_major = sm90_token_major_order();
+  auto* kernel = token_major ? sm90_attention_kernel<Loader, true> : sm90_attention_kernel<Loader, false>;
+  const cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
   if (status != cudaSuccess) return status;
-  sm90_attention_kernel<Loader><<<grid, kThreads, smem_bytes, stream>>>(params);
+  kernel<<<grid, kThreads, smem_bytes, stream>>>(params);
   return cudaGetLastError();
 }
 
 template <class Loader>
 cudaError_t sm90_attention_blocks_per_sm(int smem_bytes, int* blocks) {
-  const cudaError_t status = set_sm90_smem_limit<Loader>(smem_bytes);
+  auto* kernel = sm90_attention_kernel<Loader, true>;
+  const cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
   if (status != cudaSuccess) return status;
-  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, sm90_attention_kernel<Loader>, kThreads, smem_bytes);
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, kernel, kThreads, smem_bytes);
 }
 
 // The sm90 kernel has no raw staging ring and always two K buffers: all of its
