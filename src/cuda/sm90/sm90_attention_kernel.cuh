@@ -163,8 +163,11 @@ __device__ __forceinline__ void run_producer(const SparseAttentionParams& p, std
   const int key_in_round = thread / Loader::kParts;
   const int total_rounds = num_tiles * kRounds;
 
-  // Index values are read two passes ahead and rows one pass ahead, so a row
-  // load never waits behind the load of its own index.
+  // Rows are loaded kAhead passes before they are stored (a gather from device
+  // memory takes far longer than one pass) and index values one pass before
+  // that, so a row load never waits behind the load of its own index.
+  // shares[i] / keys[i] belong to pass round + i.
+  constexpr int kAhead = Loader::kPassesAhead;
   auto key_of_round = [&](int round) {
     const int position = begin + round / kRounds * kKeys + (round % kRounds) * kKeysPerRound + key_in_round;
     return fetch_key(p, token, position, end, n_main);  // invalid past `end`: nothing is read
@@ -176,28 +179,33 @@ __device__ __forceinline__ void run_producer(const SparseAttentionParams& p, std
       Loader::clear(share);
     }
   };
-  typename Loader::Share current;
-  typename Loader::Share next;
-  KeySlot current_key = key_of_round(0);
-  KeySlot next_key = key_of_round(1);
-  load_share(current_key, current);
+  KeySlot keys[kAhead + 1];
+  typename Loader::Share shares[kAhead];
+#pragma unroll
+  for (int i = 0; i <= kAhead; ++i) keys[i] = key_of_round(i);
+#pragma unroll
+  for (int i = 0; i < kAhead; ++i) load_share(keys[i], shares[i]);
   for (int round = 0; round < total_rounds; ++round) {
-    const KeySlot key_after_next = key_of_round(round + 2);
-    if (round + 1 < total_rounds) load_share(next_key, next);
+    const KeySlot key_after = key_of_round(round + kAhead + 1);
+    typename Loader::Share incoming;
+    load_share(keys[kAhead], incoming);
     const int tile = round / kRounds;
     const int buffer = tile & 1;
     if (round % kRounds == 0 && tile >= 2) named_barrier_sync(kEmpty0 + buffer, kThreads);
     const int key = (round % kRounds) * kKeysPerRound + key_in_round;
-    const float fp8_scale = current_key.source == 0 ? p.source[0].fp8_scale : p.source[1].fp8_scale;
-    Loader::store(smem + Layout::kK + buffer * Layout::kTileBytes, key, part, current, fp8_scale);
-    if (part == 0) valid_s[buffer * kKeys + key] = current_key.valid ? 1 : 0;
+    const float fp8_scale = keys[0].source == 0 ? p.source[0].fp8_scale : p.source[1].fp8_scale;
+    Loader::store(smem + Layout::kK + buffer * Layout::kTileBytes, key, part, shares[0], fp8_scale);
+    if (part == 0) valid_s[buffer * kKeys + key] = keys[0].valid ? 1 : 0;
     if (round % kRounds == kRounds - 1) {
       fence_view_async_shared();
       named_barrier_arrive(kFull0 + buffer, kThreads);
     }
-    current = next;
-    current_key = next_key;
-    next_key = key_after_next;
+#pragma unroll
+    for (int i = 0; i + 1 < kAhead; ++i) shares[i] = shares[i + 1];
+    shares[kAhead - 1] = incoming;
+#pragma unroll
+    for (int i = 0; i < kAhead; ++i) keys[i] = keys[i + 1];
+    keys[kAhead] = key_after;
   }
 }
 

@@ -23,6 +23,18 @@ namespace smla::cuda::sm90 {
 
 struct NoScales {};
 
+// The page and entry of a slot, like page_base() but with a shift for
+// power-of-two page sizes (the usual ones): a 32-bit division costs the
+// producer more than the rest of a key's address arithmetic.
+__device__ __forceinline__ const std::uint8_t* split_slot(const KvSourceParams& src, std::uint32_t slot,
+                                                          std::uint32_t* entry) {
+  const std::uint32_t page_size = static_cast<std::uint32_t>(src.page_size);
+  const std::uint32_t page =
+      (page_size & (page_size - 1)) == 0 ? slot >> (__ffs(static_cast<int>(page_size)) - 1) : slot / page_size;
+  *entry = slot - page * page_size;
+  return src.pages + static_cast<std::int64_t>(page) * src.page_stride_bytes;
+}
+
 // Where one token's bytes are: its data row and (for formats with a scale footer) its scales.
 struct RowLocation {
   const std::uint8_t* row = nullptr;
@@ -37,11 +49,14 @@ struct V4Units {
   static constexpr int kDim = Format::kHeadDim;
   static constexpr int kFp8Units = Format::kNopeDim / 16;
   static constexpr int kBf16Units = Format::kRopeDim * 2 / 16;
+  // Measured on an H100: 4 threads a key with one pass ahead beat 8 threads a key
+  // with three passes ahead by 1.5x (docs/PERF.md).
   static constexpr int kParts = 4;
+  static constexpr int kPassesAhead = 1;  // 9 units a thread
   static_assert(Format::rope_offset(0, 1) == Format::kNopeDim && Format::kScaleBytes == sizeof(Scales));
   __device__ static RowLocation locate(const KvSourceParams& src, std::uint32_t slot) {
     std::uint32_t entry = 0;
-    const std::uint8_t* page = page_base(src, slot, &entry);
+    const std::uint8_t* page = split_slot(src, slot, &entry);
     return {page + Format::nope_offset(entry, src.page_size), page + Format::scale_offset(entry, src.page_size)};
   }
   __device__ static int unit_offset(int unit) { return 16 * unit; }
@@ -60,11 +75,12 @@ struct V32Units {
   static constexpr int kDim = Format::kHeadDim;
   static constexpr int kFp8Units = Format::kNopeDim / 16;
   static constexpr int kBf16Units = Format::kRopeDim * 2 / 16;
-  static constexpr int kParts = 8;  // 5 units a thread: with 4, two passes of shares do not fit the producer's registers
+  static constexpr int kParts = 8;
+  static constexpr int kPassesAhead = 2;  // 2 x 5 units and the 16-byte scales in flight per thread
   static_assert(Format::kScaleBytes == sizeof(Scales) && Format::scale_offset(0, 1) % 16 == 0);
   __device__ static RowLocation locate(const KvSourceParams& src, std::uint32_t slot) {
     std::uint32_t entry = 0;
-    const std::uint8_t* row = page_base(src, slot, &entry) + Format::nope_offset(entry, src.page_size);
+    const std::uint8_t* row = split_slot(src, slot, &entry) + Format::nope_offset(entry, src.page_size);
     return {row, row + Format::scale_offset(0, 1)};
   }
   __device__ static int unit_offset(int unit) {
@@ -88,10 +104,11 @@ struct Fp8RowUnits {
   static constexpr int kDim = Format::kHeadDim;
   static constexpr int kFp8Units = Format::kHeadDim / 16;
   static constexpr int kBf16Units = 0;
-  static constexpr int kParts = 4;
+  static constexpr int kParts = 8;
+  static constexpr int kPassesAhead = 3;  // 3 x 4 units in flight per thread
   __device__ static RowLocation locate(const KvSourceParams& src, std::uint32_t slot) {
     std::uint32_t entry = 0;
-    const std::uint8_t* page = page_base(src, slot, &entry);
+    const std::uint8_t* page = split_slot(src, slot, &entry);
     return {page + static_cast<std::int64_t>(entry) * src.row_stride_bytes, nullptr};
   }
   __device__ static int unit_offset(int unit) { return 16 * unit; }
@@ -107,9 +124,10 @@ struct Bf16RowUnits {
   static constexpr int kFp8Units = 0;
   static constexpr int kBf16Units = kDim * 2 / 16;
   static constexpr int kParts = 8;
+  static constexpr int kPassesAhead = 1;  // 8 or 9 units a pass: one pass ahead fits the registers
   __device__ static RowLocation locate(const KvSourceParams& src, std::uint32_t slot) {
     std::uint32_t entry = 0;
-    const std::uint8_t* page = page_base(src, slot, &entry);
+    const std::uint8_t* page = split_slot(src, slot, &entry);
     return {page + static_cast<std::int64_t>(entry) * src.row_stride_bytes, nullptr};
   }
   __device__ static int unit_offset(int unit) { return 16 * unit; }
@@ -123,6 +141,7 @@ template <class Units>
 struct Sm90RowLoader {
   static constexpr int kDim = Units::kDim;
   static constexpr int kParts = Units::kParts;
+  static constexpr int kPassesAhead = Units::kPassesAhead;
   static constexpr int kUnits = Units::kFp8Units + Units::kBf16Units;
   static constexpr int kUnitsPerPart = (kUnits + kParts - 1) / kParts;
   static_assert(kDim % 64 == 0, "K rows are whole 64-value (128-byte) swizzle rows");
