@@ -8,6 +8,11 @@
 // FlashMLA counting basis, the share of the measured H100 ceilings and the
 // throughput relative to the FlashMLA figure stored with the case. Cases with
 // b <= --check-max-b are also compared with the float64 reference backend.
+// MTP cases ("mtp": true) use real decode index shapes instead: each token's
+// main window ends at its own position (consecutive tokens' windows overlap
+// W - 1 of W), and a share "extra_shared" of each token's extra entries is
+// common to the request's tokens, as an indexer picks; they are timed packed
+// (queries_per_request = s_q, the reported us) and unpacked (unpacked_us).
 //
 //   smla_bench_cuda [--cases FILE] [--prefill-cases FILE] [--no-decode] [--no-prefill] [--json OUT]
 //                   [--runs N] [--warmup N] [--filter TEXT] [--b N] [--check-max-b N]
@@ -60,8 +65,53 @@ struct Case {
   std::int64_t main_topk = 128, main_page = 64, main_context = 16384;
   std::int64_t extra_topk = 0, extra_page = 64, extra_context = 16384;
   bool random_extra_lengths = false;
+  bool mtp = false;           // windows and shared extra entries as in MTP decode; timed packed and unpacked
+  double extra_shared = 0.0;  // mtp: share of each token's extra entries common to its request
   double peer_us = 0.0;
 };
+
+// Sliding windows: token t of a request sits at position context - s_q + t and
+// attends the topk positions ending at itself (consecutive windows overlap).
+std::vector<std::int32_t> make_window_indices(const SyntheticCache& cache, std::int64_t b, std::int64_t s_q,
+                                              std::int64_t topk, std::int64_t context) {
+  std::vector<std::int32_t> indices;
+  indices.reserve(static_cast<std::size_t>(b * s_q * topk));
+  for (std::int64_t r = 0; r < b; ++r) {
+    for (std::int64_t t = 0; t < s_q; ++t) {
+      const std::int64_t last = context - s_q + t;
+      for (std::int64_t k = 0; k < topk; ++k) {
+        const std::int64_t position = last - topk + 1 + k;
+        indices.push_back(position < 0 ? -1 : cache.slot(r, position));
+      }
+    }
+  }
+  return indices;
+}
+
+// Per request, topk distinct "shared" positions and topk distinct fresh ones;
+// entry k of each token is the shared k-th with probability `shared`, else a
+// fresh position (a token-dependent rotation of the fresh set, distinct in the row).
+std::vector<std::int32_t> make_shared_indices(const SyntheticCache& cache, std::int64_t b, std::int64_t s_q,
+                                              std::int64_t topk, std::int64_t context, double shared,
+                                              std::mt19937_64& rng) {
+  std::vector<std::int32_t> indices;
+  indices.reserve(static_cast<std::size_t>(b * s_q * topk));
+  DistinctPicker picker(context);
+  std::bernoulli_distribution is_shared(shared);
+  for (std::int64_t r = 0; r < b; ++r) {
+    std::vector<std::int32_t> pool;
+    picker.pick(std::min(2 * topk, context), rng, [&](std::int64_t position) { pool.push_back(cache.slot(r, position)); });
+    const std::int64_t fresh = static_cast<std::int64_t>(pool.size()) - topk;
+    for (std::int64_t t = 0; t < s_q; ++t) {
+      for (std::int64_t k = 0; k < topk; ++k) {
+        const bool take_shared = fresh <= 0 || is_shared(rng);
+        indices.push_back(take_shared ? pool[static_cast<std::size_t>(k)]
+                                      : pool[static_cast<std::size_t>(topk + (k + 131 * t) % fresh)]);
+      }
+    }
+  }
+  return indices;
+}
 
 // Random distinct positions of each token's request mapped to global slots.
 std::vector<std::int32_t> make_indices(const SyntheticCache& cache, std::int64_t b, std::int64_t s_q,
@@ -97,13 +147,15 @@ nlohmann::json run_case(const Case& c, const Options& o, std::uint64_t seed) {
   const Device device = cudatest::current_cuda_device();
 
   SyntheticCache main_cache = make_cache(c.format, c.b, c.main_context, c.main_page, rng, seed + 1);
-  std::vector<std::int32_t> main_indices = make_indices(main_cache, c.b, c.s_q, c.main_topk, c.main_context, rng);
+  std::vector<std::int32_t> main_indices = c.mtp ? make_window_indices(main_cache, c.b, c.s_q, c.main_topk, c.main_context)
+                                                 : make_indices(main_cache, c.b, c.s_q, c.main_topk, c.main_context, rng);
   const bool has_extra = c.extra_topk > 0;
   SyntheticCache extra_cache;
   std::vector<std::int32_t> extra_indices, extra_lengths;
   if (has_extra) {
     extra_cache = make_cache(c.format, c.b, c.extra_context, c.extra_page, rng, seed + 2);
-    extra_indices = make_indices(extra_cache, c.b, c.s_q, c.extra_topk, c.extra_context, rng);
+    extra_indices = c.mtp ? make_shared_indices(extra_cache, c.b, c.s_q, c.extra_topk, c.extra_context, c.extra_shared, rng)
+                          : make_indices(extra_cache, c.b, c.s_q, c.extra_topk, c.extra_context, rng);
     if (c.random_extra_lengths) {
       std::uniform_int_distribution<std::int32_t> pick(0, static_cast<std::int32_t>(c.extra_topk));
       for (std::int64_t r = 0; r < c.b; ++r) {
@@ -139,13 +191,27 @@ nlohmann::json run_case(const Case& c, const Options& o, std::uint64_t seed) {
   args.out = TensorView::contiguous(out.data(), DType::kBF16, {T, c.h_q, d_v}, device);
   args.lse = TensorView::contiguous(lse.data(), DType::kF32, {T, c.h_q}, device);
 
-  auto workspace_bytes = cuda_sparse_decode_workspace_size(args);
-  if (!workspace_bytes) throw std::runtime_error(workspace_bytes.status().to_string());
-  DeviceBuffer workspace(*workspace_bytes);
-  const std::vector<float> times = time_runs(o.warmup, o.runs, [&](cudaStream_t stream) {
-    const Status status = cuda_sparse_decode(args, workspace.data(), *workspace_bytes, stream);
-    if (!status.ok()) throw std::runtime_error(status.to_string());
-  });
+  // The median of timed runs with the given packing hint, and that call's workspace.
+  auto time_decode = [&](std::int64_t queries_per_request, std::size_t* bytes_used) {
+    args.queries_per_request = queries_per_request;
+    auto needed = cuda_sparse_decode_workspace_size(args);
+    if (!needed) throw std::runtime_error(needed.status().to_string());
+    DeviceBuffer workspace(*needed);
+    std::vector<float> runs = time_runs(o.warmup, o.runs, [&](cudaStream_t stream) {
+      const Status status = cuda_sparse_decode(args, workspace.data(), *needed, stream);
+      if (!status.ok()) throw std::runtime_error(status.to_string());
+    });
+    *bytes_used = *needed;
+    return runs;
+  };
+  std::size_t unpacked_workspace = 0;
+  double unpacked_us = 0.0;
+  if (c.mtp) {
+    const std::vector<float> unpacked_times = time_decode(1, &unpacked_workspace);
+    unpacked_us = unpacked_times[unpacked_times.size() / 2];
+  }
+  std::size_t workspace_bytes = 0;
+  const std::vector<float> times = time_decode(c.mtp ? c.s_q : 1, &workspace_bytes);
   const double median_us = times[times.size() / 2];
 
   // FlashMLA counting basis.
@@ -164,7 +230,7 @@ nlohmann::json run_case(const Case& c, const Options& o, std::uint64_t seed) {
   const double bytes = 2.0 * T * c.h_q * d_qk + static_cast<double>(retrieved) * token_bytes + 2.0 * T * c.h_q * d_v;
   const double true_bytes = static_cast<double>(retrieved) * kv_format_info(c.format).bytes_per_token +
                             4.0 * T * (c.main_topk + c.extra_topk) + 2.0 * T * c.h_q * d_qk + 2.0 * T * c.h_q * d_v +
-                            2.0 * static_cast<double>(*workspace_bytes);
+                            2.0 * static_cast<double>(workspace_bytes);
   const double tflops = flop / (median_us * 1e-6) / 1e12;
   const double gbps = bytes / (median_us * 1e-6) / 1e9;
 
@@ -175,8 +241,14 @@ nlohmann::json run_case(const Case& c, const Options& o, std::uint64_t seed) {
                            {"true_gbps", true_bytes / (median_us * 1e-6) / 1e9},
                            {"pct_copy_ceiling", 100.0 * gbps / (kMeasuredCopyTBps * 1e3)},
                            {"pct_gemm_ceiling", 100.0 * tflops / kMeasuredBf16Tflops}, {"flop", flop},
-                           {"bytes", bytes}, {"workspace_bytes", *workspace_bytes}, {"peer_us", c.peer_us},
+                           {"bytes", bytes}, {"workspace_bytes", workspace_bytes}, {"peer_us", c.peer_us},
                            {"vs_peer_throughput", c.peer_us > 0 ? c.peer_us / median_us : 0.0}};
+  if (c.mtp) {
+    result["packed"] = true;
+    result["unpacked_us"] = unpacked_us;
+    result["unpacked_workspace_bytes"] = unpacked_workspace;
+    result["extra_shared"] = c.extra_shared;
+  }
 
   if (c.b <= o.check_max_b) {  // the float64 reference on host copies of the same bytes
     std::vector<std::uint8_t> h_q = download(q), h_main = download(main_cache.pages), h_out = download(out),
@@ -231,6 +303,8 @@ std::vector<Case> load_cases(const std::string& path) {
     c.extra_page = j.value("extra_page", 64);
     c.extra_context = j.value("extra_context", 16384);
     c.random_extra_lengths = j.value("random_extra_lengths", false);
+    c.mtp = j.value("mtp", false);
+    c.extra_shared = j.value("extra_shared", 0.0);
     c.peer_us = j.value("peer_us", 0.0);
     cases.push_back(c);
   }
@@ -284,6 +358,10 @@ int main_impl(int argc, char** argv) {
   std::printf("mma.sync m16n8k16 bf16 ceiling (register-resident loop, median of 20): %.1f TFLOPS; "
               "H100 SXM5 dense bf16 datasheet: 989 TFLOPS\n",
               ceiling.tflops);
+  // What the chip's tensor cores reach through wgmma (the sm90 kernel's instruction), measured the same way.
+  const MmaCeiling gemm_ceiling = measure_bf16_gemm_ceiling(3, 20);
+  report["bf16_gemm_ceiling_tflops"] = gemm_ceiling.tflops;
+  std::printf("cuBLASLt bf16 GEMM 8192^3 ceiling (median of 20): %.1f TFLOPS\n", gemm_ceiling.tflops);
   if (o.decode) std::printf("%-12s %4s %3s %4s %9s %8s %8s %6s %6s %9s %7s %s\n", "case", "b", "s_q", "h", "us", "TFLOPS", "GB/s",
               "%bw", "%mma", "peer_us", "x_peer", "check");
   const std::vector<Case> cases = o.decode ? load_cases(o.cases_path) : std::vector<Case>{};
@@ -299,25 +377,33 @@ int main_impl(int argc, char** argv) {
                 r["median_us"].get<double>(), r["tflops"].get<double>(), r["gbps"].get<double>(),
                 r["pct_copy_ceiling"].get<double>(), r["pct_gemm_ceiling"].get<double>(), c.peer_us,
                 r["vs_peer_throughput"].get<double>(), check.c_str());
+    if (c.mtp) {
+      std::printf("  %-10s unpacked %9.2f us, packed/unpacked %.3f\n", "", r["unpacked_us"].get<double>(),
+                  r["median_us"].get<double>() / r["unpacked_us"].get<double>());
+    }
     if (check == "FAIL") std::printf("  out: %s\n  lse: %s\n", r["check"]["out"].get<std::string>().c_str(), r["check"]["lse"].get<std::string>().c_str());
     std::fflush(stdout);
     report["results"].push_back(r);
   }
   if (o.prefill) {
-    std::printf("\nprefill (s_q tokens of one request; %%mma = of the measured mma.sync ceiling, %%989 = of the "
-                "datasheet bf16 peak)\n%-13s %-6s %4s %7s %5s %9s %8s %6s %6s %9s %7s\n",
-                "case", "mode", "h", "s_kv", "topk", "us", "TFLOPS", "%mma", "%989", "peer_us", "x_peer");
+    std::printf("\nprefill (s_q tokens of one request; %%mma = of the measured mma.sync ceiling, %%gemm = of the "
+                "measured cuBLASLt GEMM ceiling, %%989 = of the datasheet bf16 peak)\n"
+                "%-13s %-6s %4s %7s %5s %9s %8s %6s %6s %6s %9s %7s\n",
+                "case", "mode", "h", "s_kv", "topk", "us", "TFLOPS", "%mma", "%gemm", "%989", "peer_us", "x_peer");
     report["prefill"] = nlohmann::json::array();
     for (const PrefillCase& c : load_prefill_cases(o.prefill_cases_path)) {
       if (!o.filter.empty() && c.label.find(o.filter) == std::string::npos) continue;
       const nlohmann::json r = run_prefill_case(c, o.warmup, o.runs, seed++, ceiling.tflops);
-      std::printf("%-13s %-6s %4lld %7lld %5lld %9.1f %8.1f %6.1f %6.1f %9.1f %7.2f\n", c.label.c_str(),
+      const double pct_gemm = 100.0 * r["tflops"].get<double>() / gemm_ceiling.tflops;
+      std::printf("%-13s %-6s %4lld %7lld %5lld %9.1f %8.1f %6.1f %6.1f %6.1f %9.1f %7.2f\n", c.label.c_str(),
                   c.mode.c_str(), static_cast<long long>(c.h_q), static_cast<long long>(c.s_kv),
                   static_cast<long long>(c.topk + r["window"].get<std::int64_t>()), r["median_us"].get<double>(),
-                  r["tflops"].get<double>(), r["pct_mma_sync_ceiling"].get<double>(),
+                  r["tflops"].get<double>(), r["pct_mma_sync_ceiling"].get<double>(), pct_gemm,
                   r["pct_datasheet_bf16"].get<double>(), c.peer_us, r["vs_peer_throughput"].get<double>());
       std::fflush(stdout);
-      report["prefill"].push_back(r);
+      nlohmann::json row = r;
+      row["pct_gemm_ceiling"] = pct_gemm;
+      report["prefill"].push_back(row);
     }
   }
   std::ofstream(o.json_path) << report.dump(1) << "\n";

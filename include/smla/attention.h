@@ -34,6 +34,12 @@ struct SparseDecodeArgs {
   float softmax_scale = 0.0f;
   TensorView out;                       // [T, h_q, d_v] bf16 (written)
   TensorView lse;                       // [T, h_q] f32 (written), may be absent
+  // Consecutive query tokens belonging to one request (s_q; MTP): tokens
+  // [r * s_q, (r + 1) * s_q) are request r's. A performance hint only: results
+  // are the same for any value; it must be >= 1 and divide T. The CUDA backend
+  // packs a request's tokens x heads into one tile for small h_q (TP shards) and
+  // reads keys shared by those tokens once (docs/cuda_backend.md).
+  std::int64_t queries_per_request = 1;
 };
 
 // Prefill over a flat bf16 KV workspace (FlashMLA sparse prefill contract).

@@ -105,6 +105,17 @@ Status check_num_heads(std::int64_t h_q) {
   return Status::Ok();
 }
 
+Status check_queries_per_request(std::int64_t queries_per_request, std::int64_t num_tokens) {
+  if (queries_per_request < 1) {
+    return invalid_argument("queries_per_request", ">= 1", fmt::format("{}", queries_per_request));
+  }
+  if (num_tokens % queries_per_request != 0) {
+    return invalid_argument("queries_per_request", fmt::format("a divisor of T = {}", num_tokens),
+                            fmt::format("{}", queries_per_request));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Expected<DecodeShape> validate_sparse_decode(const SparseDecodeArgs& args, DeviceKind expected_device) {
@@ -160,6 +171,8 @@ Expected<DecodeShape> validate_sparse_decode(const SparseDecodeArgs& args, Devic
   SMLA_RETURN_IF_ERROR(check_tensor(args.out, "out", DType::kBF16, {{T, "T"}, {H, "h_q"}, {shape.d_v, "d_v"}}, dev));
   SMLA_RETURN_IF_ERROR(check_optional(args.lse, "lse", DType::kF32, {{T, "T"}, {H, "h_q"}}, dev));
   shape.has_lse = args.lse.present();
+
+  SMLA_RETURN_IF_ERROR(check_queries_per_request(args.queries_per_request, T));
 
   SMLA_RETURN_IF_ERROR(check_length_values(args.main_lengths, "main_lengths", shape.main_topk));
   SMLA_RETURN_IF_ERROR(check_length_values(args.extra_lengths, "extra_lengths", shape.extra_topk));

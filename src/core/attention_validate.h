@@ -37,6 +37,7 @@ struct PrefillShape {
 // Checks every tensor (presence, dtype, rank, shape agreement, last dim
 // contiguous, device), the format/head-dim agreement and the lengths against
 // the index widths. Lengths values are checked too: 0 <= len <= width.
+// Decode: queries_per_request must be >= 1 and divide T.
 Expected<DecodeShape> validate_sparse_decode(const SparseDecodeArgs& args, DeviceKind expected_device);
 Expected<PrefillShape> validate_sparse_prefill(const SparsePrefillArgs& args, DeviceKind expected_device);
 

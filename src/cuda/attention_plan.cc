@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <tuple>
 
+#include "src/cuda/pack_union.h"
 #include "src/cuda/sparse_attention_params.h"
 
 namespace smla::cuda {
@@ -97,19 +99,81 @@ std::size_t partial_stat_bytes(const AttentionPlan& plan, std::int64_t tokens, s
                   static_cast<std::size_t>(heads) * sizeof(float));
 }
 
+std::size_t pack_keys_bytes(const AttentionPlan& plan, std::int64_t tokens) {
+  return align_up(static_cast<std::size_t>(tokens / plan.pack_tokens) * static_cast<std::size_t>(plan.pack_capacity) *
+                  2 * sizeof(std::uint32_t));
+}
+std::size_t pack_counts_bytes(const AttentionPlan& plan, std::int64_t tokens) {
+  return align_up(static_cast<std::size_t>(tokens / plan.pack_tokens) * sizeof(int));
+}
+
+constexpr int kMaxTileRows = 64;
+// Packed tiles stop at 32 rows by default: a 64-row tile runs one CTA per SM where
+// 16/32-row tiles run two (measured 1.26-1.35x slower packed than unpacked at h 16/32).
+constexpr int kDefaultPackMaxRows = 32;
+
+int tile_rows_for(std::int64_t rows) { return rows <= 16 ? 16 : (rows <= 32 ? 32 : 64); }
+
+// SMLA_CUDA_PACK_MAX_ROWS = 0/16/32/64 forces the plain rule (the largest g within
+// that many rows) for A/B runs and tests; unset, packing is tuned.
+PackRule pack_rule_from_environment() {
+  const char* setting = std::getenv("SMLA_CUDA_PACK_MAX_ROWS");
+  if (setting == nullptr) return PackRule{kDefaultPackMaxRows, true};
+  return PackRule{std::clamp(std::atoi(setting), 0, kMaxTileRows), false};
+}
+
+// Packed tiles map rows to (token, head) the way the portable kernel does, so
+// they always use it (never a kernel that attention_variant may pick instead).
+AttentionVariant variant_for(LoaderKind kind, int rows, bool packed) {
+  if (!packed) return attention_variant(kind, rows);
+  switch (kind) {
+    case LoaderKind::kV4Fp8: return attention_variant_v4(rows);
+    case LoaderKind::kV32Fp8: return attention_variant_v32(rows);
+    case LoaderKind::kBf16Rows512: return attention_variant_bf16_512(rows);
+    case LoaderKind::kBf16Rows576: return attention_variant_bf16_576(rows);
+    case LoaderKind::kFp8Rows: break;
+  }
+  return attention_variant_fp8_rows(rows);
+}
+
 }  // namespace
 
+int choose_pack_tokens(std::int64_t num_heads, std::int64_t num_keys, std::int64_t queries_per_request, PackRule rule) {
+  if (queries_per_request < 2 || num_heads < 1 || num_heads >= rule.max_rows || num_keys < 1) return 1;
+  std::int64_t best = 1;
+  for (std::int64_t g = 2; g <= std::min<std::int64_t>(queries_per_request, kMaxPackTokens); ++g) {
+    if (queries_per_request % g != 0 || g * num_heads > rule.max_rows || g * num_keys > kMaxPackEntries) continue;
+    if (!rule.only_when_fewer_rows) {
+      best = g;
+      continue;
+    }
+    // Tile rows per token, g's against best's: strictly fewer, or as few with more sharing.
+    const std::int64_t candidate = tile_rows_for(g * num_heads) * best;
+    const std::int64_t current = tile_rows_for(best * num_heads) * g;
+    if (candidate < current || (candidate == current && best > 1)) best = g;
+  }
+  return static_cast<int>(best);
+}
+
 Expected<AttentionPlan> plan_attention(LoaderKind kind, std::int64_t num_tokens, std::int64_t num_heads,
-                                       std::int64_t num_keys) {
+                                       std::int64_t num_keys, std::int64_t queries_per_request) {
   auto device = current_device_info();
   if (!device) return device.status();
-  // The smallest head tile that holds every head (up to 64 per CTA), shrunk
-  // further when the device's shared memory cannot hold it.
-  int rows = num_heads <= 16 ? 16 : (num_heads <= 32 ? 32 : 64);
   AttentionPlan plan;
+  plan.pack_tokens = choose_pack_tokens(num_heads, num_keys, queries_per_request, pack_rule_from_environment());
+  if (num_tokens % plan.pack_tokens != 0) plan.pack_tokens = 1;  // validation makes s_q divide T
+  if (plan.pack_tokens > 1 &&
+      pack_union_smem_bytes(static_cast<int>(plan.pack_tokens * num_keys)) > static_cast<std::size_t>(device->smem_optin)) {
+    plan.pack_tokens = 1;
+  }
+  // The smallest tile that holds every head (times the packed tokens; up to 64
+  // rows per CTA), shrunk further when the device's shared memory cannot hold it.
+  const std::int64_t tile_rows = num_heads * plan.pack_tokens;
+  int rows = tile_rows <= 16 ? 16 : (tile_rows <= 32 ? 32 : 64);
   for (;; rows /= 2) {
-    plan.variant = attention_variant(kind, rows);
+    plan.variant = variant_for(kind, rows, plan.pack_tokens > 1);
     if (plan.variant.smem_bytes(1, 1) <= device->smem_optin) break;
+    plan.pack_tokens = 1;  // a smaller tile no longer holds the packed rows
     if (rows == 16) {
       return unimplemented(fmt::format("cuda: the attention kernel needs {} B of shared memory per block, the device "
                                        "allows {} B",
@@ -127,12 +191,17 @@ Expected<AttentionPlan> plan_attention(LoaderKind kind, std::int64_t num_tokens,
   // never into more pieces than there are 32-key tiles.
   const int blocks_per_sm = ring->blocks_per_sm;
   const std::int64_t slots = static_cast<std::int64_t>(device->sm_count) * std::max(blocks_per_sm, 1);
-  const std::int64_t blocks = std::max<std::int64_t>(num_tokens * plan.head_blocks, 1);
+  if (plan.pack_tokens > 1) {
+    plan.head_blocks = 1;
+    plan.pack_capacity = static_cast<int>(plan.pack_tokens * num_keys);
+  }
+  const std::int64_t blocks = std::max<std::int64_t>(num_tokens / plan.pack_tokens * plan.head_blocks, 1);
   const std::int64_t tiles = std::max<std::int64_t>((num_keys + kKeysPerTile - 1) / kKeysPerTile, 1);
   plan.num_splits = static_cast<int>(std::clamp<std::int64_t>(std::min(slots / blocks, tiles), 1, kMaxSplits));
   if (plan.num_splits > 1) {
     plan.workspace_bytes = partial_out_bytes(plan, num_tokens, num_heads) + 2 * partial_stat_bytes(plan, num_tokens, num_heads);
   }
+  if (plan.pack_tokens > 1) plan.workspace_bytes += pack_keys_bytes(plan, num_tokens) + pack_counts_bytes(plan, num_tokens);
   return plan;
 }
 
@@ -140,20 +209,33 @@ void assign_workspace(const AttentionPlan& plan, void* workspace, SparseAttentio
   params->num_splits = plan.num_splits;
   params->kv_stages = plan.kv_stages;
   params->k_buffers = plan.k_buffers;
-  if (plan.num_splits <= 1) return;
+  params->pack_tokens = plan.pack_tokens;
+  params->pack_capacity = plan.pack_capacity;
   auto* base = static_cast<std::uint8_t*>(workspace);
-  const std::size_t out_bytes = partial_out_bytes(plan, params->num_tokens, params->num_heads);
-  const std::size_t stat_bytes = partial_stat_bytes(plan, params->num_tokens, params->num_heads);
-  params->partial_out = reinterpret_cast<float*>(base);
-  params->partial_lse = reinterpret_cast<float*>(base + out_bytes);
-  params->partial_max = reinterpret_cast<float*>(base + out_bytes + stat_bytes);
+  if (plan.num_splits > 1) {
+    const std::size_t out_bytes = partial_out_bytes(plan, params->num_tokens, params->num_heads);
+    const std::size_t stat_bytes = partial_stat_bytes(plan, params->num_tokens, params->num_heads);
+    params->partial_out = reinterpret_cast<float*>(base);
+    params->partial_lse = reinterpret_cast<float*>(base + out_bytes);
+    params->partial_max = reinterpret_cast<float*>(base + out_bytes + stat_bytes);
+    base += out_bytes + 2 * stat_bytes;
+  }
+  if (plan.pack_tokens > 1) {
+    params->pack_keys = reinterpret_cast<std::uint32_t*>(base);
+    params->pack_counts = reinterpret_cast<int*>(base + pack_keys_bytes(plan, params->num_tokens));
+  }
 }
 
 Status launch_planned_attention(const AttentionPlan& plan, SparseAttentionParams params, cudaStream_t stream) {
   if (params.num_tokens == 0 || params.num_heads == 0) return Status::Ok();
-  const dim3 grid(static_cast<unsigned>(params.num_tokens), static_cast<unsigned>(plan.head_blocks),
+  cudaError_t error = cudaSuccess;
+  if (plan.pack_tokens > 1) {
+    error = launch_pack_union(params, stream);
+    if (error != cudaSuccess) return cuda_failure("pack prepass launch", error);
+  }
+  const dim3 grid(static_cast<unsigned>(params.num_tokens / plan.pack_tokens), static_cast<unsigned>(plan.head_blocks),
                   static_cast<unsigned>(plan.num_splits));
-  cudaError_t error = plan.variant.launch(params, grid, plan.smem_bytes, stream);
+  error = plan.variant.launch(params, grid, plan.smem_bytes, stream);
   if (error != cudaSuccess) return cuda_failure("attention kernel launch", error);
   if (plan.num_splits > 1) {
     error = launch_split_combine(params, stream);

@@ -130,7 +130,8 @@ Expected<PreparedCall> prepare_decode(const SparseDecodeArgs& args) {
   }
   set_outputs(args.out, args.lse, &p);
   const std::int64_t keys = shape->main_topk + (args.extra_cache.has_value() ? shape->extra_topk : 0);
-  auto plan = cuda::plan_attention(loader_for(args.main_cache.format), shape->num_tokens, shape->num_heads, keys);
+  auto plan = cuda::plan_attention(loader_for(args.main_cache.format), shape->num_tokens, shape->num_heads, keys,
+                                   args.queries_per_request);
   if (!plan) return plan.status();
   call.plan = *plan;
   return call;

@@ -15,6 +15,9 @@
 //   3. online softmax in the exp2 domain, one row per 256/kRows threads;
 //   4. O += P V, each warp owning 64 of the 512 value columns for all rows
 //      (V is the first 512 dims of the same K rows).
+// Packed MTP (p.pack_tokens = g > 1): the CTA's rows are g consecutive tokens x
+// all h_q heads, its keys the deduplicated union of their keys (built by the
+// pack prepass, pack_union.cu), each with a mask of the tokens attending it.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -76,8 +79,8 @@ struct AttentionConfig {
   static constexpr int kAlphaOffset = kPOffset + kPBytes;
   static constexpr int kMOffset = kAlphaOffset + kRows * 4;
   static constexpr int kLOffset = kMOffset + kRows * 4;
-  static constexpr int kValidOffset = kLOffset + kRows * 4;        // [kKeys] validity of the tile in k_s
-  static constexpr int kFlagOffset = kValidOffset + kKeys * 4;     // [kMaxKvStages][kKeys] loaded | source << 1
+  static constexpr int kValidOffset = kLOffset + kRows * 4;        // [kKeys] token masks of the tile in k_s (0: none)
+  static constexpr int kFlagOffset = kValidOffset + kKeys * 4;     // [kMaxKvStages][kKeys] loaded | source << 1 | mask << 2
   static constexpr int kRawOffset = (kFlagOffset + kMaxKvStages * kKeys * 4 + 15) / 16 * 16;  // then the raw ring
   static_assert(kSOffset % 16 == 0 && kPOffset % 16 == 0 && kRawStageBytes % 16 == 0);
   // The raw ring, then (with two K buffers) the second K tile.
@@ -109,20 +112,33 @@ __device__ __forceinline__ void store_bf16_pair(const SparseAttentionParams& p, 
 // Where one key of the tile comes from: the slot and whether it is attended.
 struct KeySlot {
   std::uint32_t slot = 0;
+  std::uint32_t mask = 0;  // the CTA's tokens attending it (bit 0 alone when unpacked)
   int source = 0;
   bool valid = false;
 };
 
-__device__ __forceinline__ KeySlot fetch_key(const SparseAttentionParams& p, int token, int position, int end,
+// `cta` is the token (unpacked) or the token group (packed).
+__device__ __forceinline__ KeySlot fetch_key(const SparseAttentionParams& p, int cta, int position, int end,
                                              int n_main) {
   KeySlot key;
   if (position >= end) return key;
+  if (p.pack_tokens > 1) {  // union entries were range-checked by the prepass
+    const uint2 entry =
+        __ldg(reinterpret_cast<const uint2*>(p.pack_keys) + static_cast<std::int64_t>(cta) * p.pack_capacity + position);
+    key.source = static_cast<int>(entry.x >> 31);
+    key.slot = entry.x & 0x7FFFFFFFu;
+    key.mask = entry.y;
+    key.valid = true;
+    return key;
+  }
+  const int token = cta;
   key.source = position < n_main ? 0 : 1;
   const KvSourceParams& src = key.source == 0 ? p.source[0] : p.source[1];
   const int column = key.source == 0 ? position : position - n_main;
   const std::int32_t index = src.indices[static_cast<std::int64_t>(token) * src.stride_indices_t + column];
   key.valid = index >= 0 && static_cast<std::int64_t>(index) < src.num_slots;
   key.slot = key.valid ? static_cast<std::uint32_t>(index) : 0u;
+  key.mask = key.valid ? 1u : 0u;
   return key;
 }
 
@@ -142,18 +158,31 @@ __global__ void __launch_bounds__(kAttentionThreads, attention_min_blocks_per_sm
   int* valid_s = reinterpret_cast<int*>(smem + Cfg::kValidOffset);
   int* flag_s = reinterpret_cast<int*>(smem + Cfg::kFlagOffset);
 
-  const int token = static_cast<int>(blockIdx.x);
+  const int cta = static_cast<int>(blockIdx.x);  // the token, or the token group when packed
   const int head0 = static_cast<int>(blockIdx.y) * kRows;
   const int split = static_cast<int>(blockIdx.z);
   const int tid = static_cast<int>(threadIdx.x);
   const int warp = tid / 32;
   const int lane = tid % 32;
 
+  // Row r of the CTA is (token first_token + r / rows_per_token, head head0 + r % rows_per_token).
+  const bool packed = p.pack_tokens > 1;
+  const int rows_per_token = packed ? p.num_heads : kRows;
+  const int first_token = cta * p.pack_tokens;
+  auto row_token = [&](int row) { return first_token + row / rows_per_token; };
+  auto row_head = [&](int row) { return head0 + row % rows_per_token; };
+  auto row_live = [&](int row) { return row < p.pack_tokens * rows_per_token && row_head(row) < p.num_heads; };
+
   // This split's share of the token's valid keys (computed on the device from
   // the length values, so a captured graph stays valid when lengths change).
-  const int n_main = clamped_length(p.source[0], token);
-  const int n_extra = p.num_sources > 1 ? clamped_length(p.source[1], token) : 0;
-  const int n_keys = n_main + n_extra;
+  int n_main = 0;
+  int n_keys = 0;
+  if (packed) {
+    n_keys = min(max(p.pack_counts[cta], 0), p.pack_capacity);
+  } else {
+    n_main = clamped_length(p.source[0], cta);
+    n_keys = n_main + (p.num_sources > 1 ? clamped_length(p.source[1], cta) : 0);
+  }
   const int per_split = ((n_keys + p.num_splits - 1) / p.num_splits + Cfg::kKeys - 1) / Cfg::kKeys * Cfg::kKeys;
   const int begin = split * per_split;
   const int end = min(n_keys, begin + per_split);
@@ -164,8 +193,9 @@ __global__ void __launch_bounds__(kAttentionThreads, attention_min_blocks_per_sm
 
   if (begin >= end) {  // nothing to attend in this split (uniform over the CTA)
     for (int row = tid / 32; row < kRows; row += Cfg::kWarps) {
-      const int head = head0 + row;
-      if (head >= p.num_heads) break;
+      if (!row_live(row)) continue;
+      const int token = row_token(row);
+      const int head = row_head(row);
       const std::int64_t at = static_cast<std::int64_t>(token) * p.num_heads + head;
       if (p.num_splits > 1) {
         if (lane == 0) {
@@ -203,26 +233,27 @@ __global__ void __launch_bounds__(kAttentionThreads, attention_min_blocks_per_sm
       Loader::template issue<kThreadsPerKey>(raw_s + stage * Cfg::kRawStageBytes + my_key * Loader::kRawStride,
                                              key.source == 0 ? p.source[0] : p.source[1], key.slot, my_part);
     }
-    if (my_part == 0) flag_s[stage * Cfg::kKeys + my_key] = (load ? 1 : 0) | (key.source << 1);
+    if (my_part == 0) {  // loaded | source << 1 | token mask << 2
+      flag_s[stage * Cfg::kKeys + my_key] = (load ? 1 : 0) | (key.source << 1) | static_cast<int>(key.mask << 2);
+    }
     cp_async_commit();
   };
-  KeySlot upcoming = fetch_key(p, token, begin + my_key, end, n_main);
+  KeySlot upcoming = fetch_key(p, cta, begin + my_key, end, n_main);
   for (int tile = 0; tile < lead; ++tile) {
     const KeySlot key = upcoming;
-    upcoming = fetch_key(p, token, begin + (tile + 1) * Cfg::kKeys + my_key, end, n_main);
+    upcoming = fetch_key(p, cta, begin + (tile + 1) * Cfg::kKeys + my_key, end, n_main);
     issue_tile(tile, key);
   }
 
-  // Q rows of this head block; rows past h_q are zero and never written out.
+  // Q rows of this CTA; rows past h_q (or past the packed tokens) are zero and never written out.
   {
     constexpr int kChunksPerRow = Cfg::kDim * 2 / 16;
     for (int i = tid; i < kRows * kChunksPerRow; i += Cfg::kThreads) {
       const int row = i / kChunksPerRow;
       const int chunk = i % kChunksPerRow;
-      const int head = head0 + row;
       uint4 value = make_uint4(0, 0, 0, 0);
-      if (head < p.num_heads) {
-        const std::uint16_t* src = p.q + token * p.stride_q_t + head * p.stride_q_h + chunk * 8;
+      if (row_live(row)) {
+        const std::uint16_t* src = p.q + row_token(row) * p.stride_q_t + row_head(row) * p.stride_q_h + chunk * 8;
         if (p.q_aligned_16) {
           value = __ldg(reinterpret_cast<const uint4*>(src));
         } else {
@@ -245,6 +276,8 @@ __global__ void __launch_bounds__(kAttentionThreads, attention_min_blocks_per_sm
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.0f;
 
+  // The bit of this softmax row's token in the key masks (0 for padding rows).
+  const int row_bit = row_live(softmax_row) ? 1 << (softmax_row / rows_per_token) : 0;
   const int qk_unit = warp % Cfg::kQkUnits;
   const int qk_dpart = warp / Cfg::kQkUnits;
   const int qk_mtile = qk_unit / (Cfg::kKeys / 16) * Cfg::kQkRowTiles;  // first of the block's row tiles
@@ -260,9 +293,9 @@ __global__ void __launch_bounds__(kAttentionThreads, attention_min_blocks_per_sm
     const int stage = tile % stages;
     const int flag = flag_s[stage * Cfg::kKeys + my_key];
     __nv_bfloat16* krow = k_tile + my_key * Cfg::kRowStride;
-    if (my_part == 0) valid_s[my_key] = flag & 1;
+    if (my_part == 0) valid_s[my_key] = (flag & 1) ? (flag >> 2) : 0;  // the mask of tokens attending the key
     if (flag & 1) {
-      const float fp8_scale = (flag >> 1) == 0 ? p.source[0].fp8_scale : p.source[1].fp8_scale;
+      const float fp8_scale = ((flag >> 1) & 1) == 0 ? p.source[0].fp8_scale : p.source[1].fp8_scale;
       Loader::template dequant<kThreadsPerKey>(raw_s + stage * Cfg::kRawStageBytes + my_key * Loader::kRawStride,
                                                krow, my_part, fp8_scale);
     } else {  // zero rows keep NaN garbage out of P V (P is 0 there, but 0 * NaN is NaN)
@@ -272,7 +305,7 @@ __global__ void __launch_bounds__(kAttentionThreads, attention_min_blocks_per_sm
     }
     __syncwarp();  // the stage is read; refill it
     const KeySlot key = upcoming;
-    upcoming = fetch_key(p, token, begin + (tile + lead + 1) * Cfg::kKeys + my_key, end, n_main);
+    upcoming = fetch_key(p, cta, begin + (tile + lead + 1) * Cfg::kKeys + my_key, end, n_main);
     issue_tile(tile + lead, key);
   };
 
@@ -338,7 +371,7 @@ __global__ void __launch_bounds__(kAttentionThreads, attention_min_blocks_per_sm
         float s = 0.0f;
 #pragma unroll
         for (int d = 0; d < Cfg::kDSplit; ++d) s += s_s[(d * kRows + softmax_row) * Cfg::kSStride + key];
-        scores[i] = valid_s[key] ? s * p.scale_log2 : -INFINITY;
+        scores[i] = (valid_s[key] & row_bit) ? s * p.scale_log2 : -INFINITY;
         tile_max = fmaxf(tile_max, scores[i]);
       }
 #pragma unroll
@@ -411,8 +444,9 @@ __global__ void __launch_bounds__(kAttentionThreads, attention_min_blocks_per_sm
   if (softmax_sub == 0) {
     m_s[softmax_row] = row_max;
     l_s[softmax_row] = row_sum;
-    const int head = head0 + softmax_row;
-    if (head < p.num_heads) {
+    if (row_live(softmax_row)) {
+      const int token = row_token(softmax_row);
+      const int head = row_head(softmax_row);
       const std::int64_t at = static_cast<std::int64_t>(token) * p.num_heads + head;
       if (p.num_splits > 1) {
         p.partial_lse[split * plane + at] = row_sum > 0.0f ? row_max + log2f(row_sum) : -INFINITY;
@@ -435,8 +469,9 @@ __global__ void __launch_bounds__(kAttentionThreads, attention_min_blocks_per_sm
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int row = mt * 16 + lane / 4 + half * 8;
-      const int head = head0 + row;
-      if (head >= p.num_heads) continue;
+      if (!row_live(row)) continue;
+      const int token = row_token(row);
+      const int head = row_head(row);
       const float m = m_s[row];
       const float l = l_s[row];
       if (p.num_splits > 1) {

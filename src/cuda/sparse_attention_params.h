@@ -60,6 +60,18 @@ struct SparseAttentionParams {
   float* partial_out = nullptr;  // [num_splits, T, h_q, 512]
   float* partial_lse = nullptr;  // [num_splits, T, h_q], -inf for an empty split
   float* partial_max = nullptr;  // [num_splits, T, h_q]
+
+  // Packed MTP (pack_tokens > 1): one CTA holds pack_tokens consecutive tokens x
+  // all h_q heads (row r = token r / h_q, head r % h_q). Its keys are the union
+  // list the pack prepass built in the workspace; a row attends a key only when
+  // its token's bit is set in the key's mask.
+  int pack_tokens = 1;
+  int pack_capacity = 0;                     // union entries per group: pack_tokens * (main + extra width)
+  std::uint32_t* pack_keys = nullptr;  // [T / pack_tokens, pack_capacity][2]: source << 31 | slot, mask
+  int* pack_counts = nullptr;  // [T / pack_tokens] union entries in use
 };
+
+inline constexpr int kMaxPackTokens = 16;      // token masks share a 32-bit word with the source and load bits
+inline constexpr int kMaxPackEntries = 4096;   // the prepass hashes a group's entries in shared memory
 
 }  // namespace smla::cuda
