@@ -41,6 +41,28 @@ void check(cudaError_t error, const char* what) {
   if (error != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(error));
 }
 
+// Median time of `runs` launches (after `warmup` more), CUDA events around each.
+template <class Launch>
+double median_launch_us(int warmup, int runs, Launch&& launch) {
+  cudaEvent_t start = nullptr, stop = nullptr;
+  check(cudaEventCreate(&start), "event");
+  check(cudaEventCreate(&stop), "event");
+  std::vector<float> times;
+  for (int run = 0; run < warmup + runs; ++run) {
+    check(cudaEventRecord(start), "record");
+    launch();
+    check(cudaEventRecord(stop), "record");
+    check(cudaEventSynchronize(stop), "sync");
+    float ms = 0.0f;
+    check(cudaEventElapsedTime(&ms, start, stop), "elapsed");
+    if (run >= warmup) times.push_back(ms * 1000.0f);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
 // Small nonzero bf16 values (zeros can run faster than real data).
 __global__ void fill_bf16_kernel(std::uint16_t* values, std::int64_t count) {
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < count;
@@ -57,27 +79,13 @@ MmaCeiling measure_mma_sync_ceiling(int warmup, int runs) {
   check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "sm count");
   float* sink = nullptr;
   check(cudaMalloc(&sink, kThreads * sizeof(float)), "cudaMalloc");
-  cudaEvent_t start = nullptr, stop = nullptr;
-  check(cudaEventCreate(&start), "event");
-  check(cudaEventCreate(&stop), "event");
   const int blocks = sms * kBlocksPerSm;
-  std::vector<float> times;
-  for (int run = 0; run < warmup + runs; ++run) {
-    check(cudaEventRecord(start), "record");
+  MmaCeiling ceiling;
+  ceiling.median_us = median_launch_us(warmup, runs, [&] {
     mma_loop_kernel<<<blocks, kThreads>>>(sink, kIterations);
     check(cudaGetLastError(), "mma loop launch");
-    check(cudaEventRecord(stop), "record");
-    check(cudaEventSynchronize(stop), "sync");
-    float ms = 0.0f;
-    check(cudaEventElapsedTime(&ms, start, stop), "elapsed");
-    if (run >= warmup) times.push_back(ms * 1000.0f);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
+  });
   cudaFree(sink);
-  std::sort(times.begin(), times.end());
-  MmaCeiling ceiling;
-  ceiling.median_us = times[times.size() / 2];
   const double mmas = static_cast<double>(blocks) * (kThreads / 32) * kIterations * kChains;
   ceiling.tflops = mmas * kFlopPerMma / (ceiling.median_us * 1e-6) / 1e12;
   return ceiling;
@@ -109,29 +117,15 @@ MmaCeiling measure_bf16_gemm_ceiling(int warmup, int runs) {
   gemm.ldc = kSize;
   gemm.workspace = workspace;
   gemm.workspace_bytes = cuda::kCublasLtWorkspaceBytes;
-  cudaEvent_t start = nullptr, stop = nullptr;
-  check(cudaEventCreate(&start), "event");
-  check(cudaEventCreate(&stop), "event");
-  std::vector<float> times;
-  for (int run = 0; run < warmup + runs; ++run) {
-    check(cudaEventRecord(start), "record");
+  MmaCeiling ceiling;
+  ceiling.median_us = median_launch_us(warmup, runs, [&] {
     const Status status = cuda::cublaslt_gemm(gemm);
     if (!status.ok()) throw std::runtime_error("bf16 GEMM ceiling: " + status.to_string());
-    check(cudaEventRecord(stop), "record");
-    check(cudaEventSynchronize(stop), "sync");
-    float ms = 0.0f;
-    check(cudaEventElapsedTime(&ms, start, stop), "elapsed");
-    if (run >= warmup) times.push_back(ms * 1000.0f);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
+  });
   cudaFree(a);
   cudaFree(b);
   cudaFree(out);
   cudaFree(workspace);
-  std::sort(times.begin(), times.end());
-  MmaCeiling ceiling;
-  ceiling.median_us = times[times.size() / 2];
   ceiling.tflops = 2.0 * kSize * kSize * kSize / (ceiling.median_us * 1e-6) / 1e12;
   return ceiling;
 }

@@ -122,20 +122,6 @@ PackRule pack_rule_from_environment() {
   return PackRule{std::clamp(std::atoi(setting), 0, kMaxTileRows), false};
 }
 
-// Packed tiles map rows to (token, head) the way the portable kernel does, so
-// they always use it (never a kernel that attention_variant may pick instead).
-AttentionVariant variant_for(LoaderKind kind, int rows, bool packed) {
-  if (!packed) return attention_variant(kind, rows);
-  switch (kind) {
-    case LoaderKind::kV4Fp8: return attention_variant_v4(rows);
-    case LoaderKind::kV32Fp8: return attention_variant_v32(rows);
-    case LoaderKind::kBf16Rows512: return attention_variant_bf16_512(rows);
-    case LoaderKind::kBf16Rows576: return attention_variant_bf16_576(rows);
-    case LoaderKind::kFp8Rows: break;
-  }
-  return attention_variant_fp8_rows(rows);
-}
-
 }  // namespace
 
 int choose_pack_tokens(std::int64_t num_heads, std::int64_t num_keys, std::int64_t queries_per_request, PackRule rule) {
@@ -171,7 +157,8 @@ Expected<AttentionPlan> plan_attention(LoaderKind kind, std::int64_t num_tokens,
   const std::int64_t tile_rows = num_heads * plan.pack_tokens;
   int rows = tile_rows <= 16 ? 16 : (tile_rows <= 32 ? 32 : 64);
   for (;; rows /= 2) {
-    plan.variant = variant_for(kind, rows, plan.pack_tokens > 1);
+    // Packed tiles map rows to (token, head) the way the portable kernel does, so they always use it.
+    plan.variant = attention_variant(kind, rows, /*portable_only=*/plan.pack_tokens > 1);
     if (plan.variant.smem_bytes(1, 1) <= device->smem_optin) break;
     plan.pack_tokens = 1;  // a smaller tile no longer holds the packed rows
     if (rows == 16) {

@@ -35,8 +35,10 @@ AttentionVariant attention_variant_fp8_rows(int rows);
 bool sm90_attention_usable();
 AttentionVariant sm90_attention_variant(LoaderKind kind);
 
-inline AttentionVariant attention_variant(LoaderKind kind, int rows) {
-  if (rows == 64 && sm90_attention_usable()) return sm90_attention_variant(kind);
+// portable_only: tiles whose rows are not (one token x heads), e.g. packed MTP
+// tokens, which only the portable kernel maps.
+inline AttentionVariant attention_variant(LoaderKind kind, int rows, bool portable_only = false) {
+  if (rows == 64 && !portable_only && sm90_attention_usable()) return sm90_attention_variant(kind);
   switch (kind) {
     case LoaderKind::kV4Fp8: return attention_variant_v4(rows);
     case LoaderKind::kV32Fp8: return attention_variant_v32(rows);

@@ -112,6 +112,18 @@ __device__ __forceinline__ void load_query(const SparseAttentionParams& p, int t
   }
 }
 
+// O *= alpha per row of a wgmma m64n256 accumulator (this thread's two rows), before the next P V.
+__device__ __forceinline__ void rescale_rows(float (&o)[128], float alpha_row0, float alpha_row8) {
+#pragma unroll
+  for (int i = 0; i < 32; ++i) {
+    o[4 * i] *= alpha_row0;
+    o[4 * i + 1] *= alpha_row0;
+    o[4 * i + 2] *= alpha_row8;
+    o[4 * i + 3] *= alpha_row8;
+  }
+  pin_registers(o);
+}
+
 __device__ __forceinline__ std::uint32_t pack_bf16(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<const std::uint32_t*>(&v);
@@ -301,14 +313,7 @@ __device__ __forceinline__ void run_score_warpgroup(const SparseAttentionParams&
     named_barrier_arrive(kPFull, 256);
 
     // O[:, 0:256] = alpha O + P V.
-#pragma unroll
-    for (int i = 0; i < 32; ++i) {
-      o[4 * i] *= alpha[0];
-      o[4 * i + 1] *= alpha[0];
-      o[4 * i + 2] *= alpha[1];
-      o[4 * i + 3] *= alpha[1];
-    }
-    pin_registers(o);
+    rescale_rows(o, alpha[0], alpha[1]);
     wgmma_fence();
 #pragma unroll
     for (int step = 0; step < 4; ++step) {
@@ -374,16 +379,7 @@ __device__ __forceinline__ void run_value_warpgroup(const SparseAttentionParams&
         smem_address(smem + Layout::kK + buffer * Layout::kTileBytes) + (kHalfColumns / 64) * Layout::kChunkBytes;
     named_barrier_sync(kFull0 + buffer, kThreads);
     named_barrier_sync(kPFull, 256);
-    const float alpha0 = alpha_s[row0];
-    const float alpha1 = alpha_s[row0 + 8];
-#pragma unroll
-    for (int i = 0; i < 32; ++i) {
-      o[4 * i] *= alpha0;
-      o[4 * i + 1] *= alpha0;
-      o[4 * i + 2] *= alpha1;
-      o[4 * i + 3] *= alpha1;
-    }
-    pin_registers(o);
+    rescale_rows(o, alpha_s[row0], alpha_s[row0 + 8]);
     wgmma_fence();
 #pragma unroll
     for (int step = 0; step < 4; ++step) {

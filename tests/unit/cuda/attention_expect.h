@@ -6,7 +6,11 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <functional>
 #include <string>
+
+#include "smla/cuda.h"
 
 #include "smla/attention.h"
 #include "tests/common/test_common.h"
@@ -59,6 +63,57 @@ inline void expect_prefill_matches(testkit::PrefillCaseOptions options, const st
   copy_to_host(*device.lse, got_lse.view());
   EXPECT_TRUE(testing::WithinTolerance(testkit::compare_bf16(got_out.view(), c.out().view(), kOutTolerance), "out"));
   EXPECT_TRUE(testing::WithinTolerance(testkit::compare_f32(got_max.view(), c.max_logits().view(), kStatTolerance), "max"));
+  EXPECT_TRUE(testing::WithinTolerance(testkit::compare_f32(got_lse.view(), c.lse().view(), kStatTolerance), "lse"));
+}
+
+// Captures one cuda_sparse_decode of case `c` (with `queries_per_request`) in a
+// CUDA graph, changes the length VALUES on the device with `shrink_lengths`
+// (applied to the host arguments; keep the new lengths inside the old ones:
+// rows past them may hold NaN poison), replays the graph and compares with the
+// reference on the new lengths. Nothing was planned from the values on the host,
+// so the replay must follow them.
+inline void expect_graph_replay_follows_new_lengths(testkit::DecodeCase& c, std::int64_t queries_per_request,
+                                                    const std::function<void(SparseDecodeArgs&)>& shrink_lengths) {
+  testkit::HostTensor got_out = c.make_out();
+  testkit::HostTensor got_lse = c.make_lse();
+  SparseDecodeArgs captured_args = c.args_with_outputs(got_out.view(), got_lse.view());
+  captured_args.queries_per_request = queries_per_request;
+  DeviceDecodeArgs device(captured_args);
+  auto bytes = cuda_sparse_decode_workspace_size(device.args);
+  ASSERT_TRUE(testing::IsOk(bytes.status()));
+  DeviceBuffer workspace(*bytes);
+
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+  const Status captured = cuda_sparse_decode(device.args, workspace.data(), *bytes, stream);
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  ASSERT_TRUE(testing::IsOk(captured));
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+
+  SparseDecodeArgs host = c.args();
+  shrink_lengths(host);
+  check_cuda(cudaMemcpy(device.args.main_lengths.data, host.main_lengths.data, testkit::storage_bytes(host.main_lengths),
+                        cudaMemcpyHostToDevice),
+             "lengths");
+  check_cuda(cudaMemcpy(device.args.extra_lengths.data, host.extra_lengths.data,
+                        testkit::storage_bytes(host.extra_lengths), cudaMemcpyHostToDevice),
+             "lengths");
+  ASSERT_TRUE(testing::IsOk(sparse_decode(host, Backend::kReference)));
+  testkit::poison(got_out.view());
+  check_cuda(cudaMemcpy(device.args.out.data, got_out.view().data, testkit::storage_bytes(got_out.view()),
+                        cudaMemcpyHostToDevice),
+             "poison");
+  ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+  copy_to_host(*device.out, got_out.view());
+  copy_to_host(*device.lse, got_lse.view());
+  EXPECT_TRUE(testing::WithinTolerance(testkit::compare_bf16(got_out.view(), c.out().view(), kOutTolerance), "out"));
   EXPECT_TRUE(testing::WithinTolerance(testkit::compare_f32(got_lse.view(), c.lse().view(), kStatTolerance), "lse"));
 }
 

@@ -18,6 +18,7 @@
 #include "smla/cuda.h"
 #include "src/cuda/attention_plan.h"
 #include "tests/common/test_common.h"
+#include "tests/unit/cuda/attention_expect.h"
 #include "tests/unit/cuda/device_copy.h"
 #include "testkit/testkit.h"
 
@@ -30,8 +31,8 @@ using testing::IsOk;
 using testing::WithinTolerance;
 
 // bf16 inputs and P, f32 accumulation, bf16 output (as cuda_attention_test.cc).
-const testkit::Tolerance kOutTolerance{2e-2, 2e-2, 1e-4};
-const testkit::Tolerance kStatTolerance{2e-3, 1e-4, 1e-6};
+using cudatest::kOutTolerance;
+using cudatest::kStatTolerance;
 
 #define SKIP_WITHOUT_DEVICE()                                              \
   do {                                                                     \
@@ -283,50 +284,12 @@ TEST(CudaPackedDecode, GraphReplayFollowsNewLengths) {
   o.seed = testing::test_seed();
   SMLA_SEED_TRACE(o.seed);
   testkit::DecodeCase c = testkit::make_decode_case(o);
-  testkit::HostTensor got_out = c.make_out();
-  testkit::HostTensor got_lse = c.make_lse();
-  SparseDecodeArgs packed_args = c.args_with_outputs(got_out.view(), got_lse.view());
-  packed_args.queries_per_request = o.s_q;
-  DeviceDecodeArgs device(packed_args);
-  auto bytes = cuda_sparse_decode_workspace_size(device.args);
-  ASSERT_TRUE(IsOk(bytes.status()));
-  ASSERT_GT(*bytes, 0u) << "packing needs workspace for the union";
-  cudatest::DeviceBuffer workspace(*bytes);
-  cudaStream_t stream = nullptr;
-  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
-  cudaGraph_t graph = nullptr;
-  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
-  const Status captured = cuda_sparse_decode(device.args, workspace.data(), *bytes, stream);
-  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
-  ASSERT_TRUE(IsOk(captured));
-  cudaGraphExec_t exec = nullptr;
-  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-
-  SparseDecodeArgs host = c.args();
-  for (std::int64_t t = 0; t < host.q.shape[0]; ++t) {
-    *host.main_lengths.ptr_at<std::int32_t>({t}) /= 2 + t % 2;
-    *host.extra_lengths.ptr_at<std::int32_t>({t}) /= 2;
-  }
-  cudatest::check_cuda(cudaMemcpy(device.args.main_lengths.data, host.main_lengths.data,
-                                  testkit::storage_bytes(host.main_lengths), cudaMemcpyHostToDevice),
-                       "lengths");
-  cudatest::check_cuda(cudaMemcpy(device.args.extra_lengths.data, host.extra_lengths.data,
-                                  testkit::storage_bytes(host.extra_lengths), cudaMemcpyHostToDevice),
-                       "lengths");
-  ASSERT_TRUE(IsOk(sparse_decode(host, Backend::kReference)));
-  testkit::poison(got_out.view());
-  cudatest::check_cuda(cudaMemcpy(device.args.out.data, got_out.view().data, testkit::storage_bytes(got_out.view()),
-                                  cudaMemcpyHostToDevice),
-                       "poison");
-  ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
-  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(stream);
-  cudatest::copy_to_host(*device.out, got_out.view());
-  cudatest::copy_to_host(*device.lse, got_lse.view());
-  EXPECT_TRUE(WithinTolerance(testkit::compare_bf16(got_out.view(), c.out().view(), kOutTolerance), "out"));
-  EXPECT_TRUE(WithinTolerance(testkit::compare_f32(got_lse.view(), c.lse().view(), kStatTolerance), "lse"));
+  cudatest::expect_graph_replay_follows_new_lengths(c, o.s_q, [](SparseDecodeArgs& host) {
+    for (std::int64_t t = 0; t < host.q.shape[0]; ++t) {
+      *host.main_lengths.ptr_at<std::int32_t>({t}) /= 2 + t % 2;
+      *host.extra_lengths.ptr_at<std::int32_t>({t}) /= 2;
+    }
+  });
 }
 
 // Host-only: how many tokens the plan packs, against values worked out by hand.
