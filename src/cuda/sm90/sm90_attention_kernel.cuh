@@ -164,6 +164,36 @@ __device__ __forceinline__ void write_output_half(const SparseAttentionParams& p
   }
 }
 
+// A key whose index value has been requested but not yet looked at.
+struct PendingKey {
+  std::int32_t index = -1;
+  int source = 0;
+  bool listed = false;  // the position lies in the split's range
+};
+
+__device__ __forceinline__ PendingKey request_key(const SparseAttentionParams& p, int token, int position, int end,
+                                                  int n_main) {
+  PendingKey key;
+  if (position >= end) return key;
+  key.listed = true;
+  key.source = position < n_main ? 0 : 1;
+  const KvSourceParams& src = key.source == 0 ? p.source[0] : p.source[1];
+  const int column = key.source == 0 ? position : position - n_main;
+  key.index = __ldg(src.indices + static_cast<std::int64_t>(token) * src.stride_indices_t + column);
+  return key;
+}
+
+// The same rule as fetch_key: indices outside [0, num_slots) are never dereferenced.
+__device__ __forceinline__ KeySlot resolve_key(const SparseAttentionParams& p, const PendingKey& pending) {
+  KeySlot key;
+  key.source = pending.source;
+  const std::int64_t num_slots = pending.source == 0 ? p.source[0].num_slots : p.source[1].num_slots;
+  key.valid = pending.listed && pending.index >= 0 && static_cast<std::int64_t>(pending.index) < num_slots;
+  key.slot = key.valid ? static_cast<std::uint32_t>(pending.index) : 0u;
+  key.mask = key.valid ? 1u : 0u;
+  return key;
+}
+
 template <class Loader>
 __device__ __forceinline__ void run_producer(const SparseAttentionParams& p, std::uint8_t* smem, int token, int begin,
                                              int end, int n_main, int num_tiles, int thread) {
@@ -176,13 +206,15 @@ __device__ __forceinline__ void run_producer(const SparseAttentionParams& p, std
   const int total_rounds = num_tiles * kRounds;
 
   // Rows are loaded kAhead passes before they are stored (a gather from device
-  // memory takes far longer than one pass) and index values one pass before
-  // that, so a row load never waits behind the load of its own index.
-  // shares[i] / keys[i] belong to pass round + i.
+  // memory takes far longer than one pass), and each index value is requested a
+  // pass before its row load reads it: the request only issues the load, and
+  // nothing looks at the value until the next pass (a profile showed the
+  // producer stalled on index values checked right after their load).
+  // shares[i] / keys[i] belong to pass round + i, `pending` to round + kAhead.
   constexpr int kAhead = Loader::kPassesAhead;
-  auto key_of_round = [&](int round) {
+  auto request_round = [&](int round) {
     const int position = begin + round / kRounds * kKeys + (round % kRounds) * kKeysPerRound + key_in_round;
-    return fetch_key(p, token, position, end, n_main);  // invalid past `end`: nothing is read
+    return request_key(p, token, position, end, n_main);  // past `end`: nothing is read
   };
   auto load_share = [&](const KeySlot& key, typename Loader::Share& share) {
     if (key.valid) {
@@ -191,16 +223,18 @@ __device__ __forceinline__ void run_producer(const SparseAttentionParams& p, std
       Loader::clear(share);
     }
   };
-  KeySlot keys[kAhead + 1];
+  KeySlot keys[kAhead];
   typename Loader::Share shares[kAhead];
 #pragma unroll
-  for (int i = 0; i <= kAhead; ++i) keys[i] = key_of_round(i);
+  for (int i = 0; i < kAhead; ++i) keys[i] = resolve_key(p, request_round(i));
 #pragma unroll
   for (int i = 0; i < kAhead; ++i) load_share(keys[i], shares[i]);
+  PendingKey pending = request_round(kAhead);
   for (int round = 0; round < total_rounds; ++round) {
-    const KeySlot key_after = key_of_round(round + kAhead + 1);
+    const KeySlot newest = resolve_key(p, pending);  // requested a pass ago
+    pending = request_round(round + kAhead + 1);
     typename Loader::Share incoming;
-    load_share(keys[kAhead], incoming);
+    load_share(newest, incoming);
     const int tile = round / kRounds;
     const int buffer = tile & 1;
     if (round % kRounds == 0 && tile >= 2) named_barrier_sync(kEmpty0 + buffer, kThreads);
@@ -213,11 +247,12 @@ __device__ __forceinline__ void run_producer(const SparseAttentionParams& p, std
       named_barrier_arrive(kFull0 + buffer, kThreads);
     }
 #pragma unroll
-    for (int i = 0; i + 1 < kAhead; ++i) shares[i] = shares[i + 1];
+    for (int i = 0; i + 1 < kAhead; ++i) {
+      shares[i] = shares[i + 1];
+      keys[i] = keys[i + 1];
+    }
     shares[kAhead - 1] = incoming;
-#pragma unroll
-    for (int i = 0; i < kAhead; ++i) keys[i] = keys[i + 1];
-    keys[kAhead] = key_after;
+    keys[kAhead - 1] = newest;
   }
 }
 
