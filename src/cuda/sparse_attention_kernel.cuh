@@ -117,26 +117,52 @@ struct KeySlot {
   bool valid = false;
 };
 
+// A key whose index value (or packed union entry) has been requested but not yet
+// looked at. Loads are issued a tile (or producer pass) before the key is used
+// and checked only then: checking right after the load made every tile wait a
+// full load latency before it could even request its rows (ncu, docs/PERF.md).
+struct PendingKey {
+  std::uint32_t word = 0;  // the index value (unpacked), or slot | source << 31 (packed)
+  std::uint32_t mask = 0;  // packed: the tokens attending the key
+  int source = 0;
+  bool listed = false;     // the position lies inside the split's range
+};
+
 // `cta` is the token (unpacked) or the token group (packed).
-__device__ __forceinline__ KeySlot fetch_key(const SparseAttentionParams& p, int cta, int position, int end,
-                                             int n_main) {
-  KeySlot key;
+__device__ __forceinline__ PendingKey request_key(const SparseAttentionParams& p, int cta, int position, int end,
+                                                  int n_main) {
+  PendingKey key;
   if (position >= end) return key;
-  if (p.pack_tokens > 1) {  // union entries were range-checked by the prepass
+  key.listed = true;
+  if (p.pack_tokens > 1) {
     const uint2 entry =
         __ldg(reinterpret_cast<const uint2*>(p.pack_keys) + static_cast<std::int64_t>(cta) * p.pack_capacity + position);
-    key.source = static_cast<int>(entry.x >> 31);
-    key.slot = entry.x & 0x7FFFFFFFu;
+    key.word = entry.x;
     key.mask = entry.y;
-    key.valid = true;
     return key;
   }
-  const int token = cta;
   key.source = position < n_main ? 0 : 1;
   const KvSourceParams& src = key.source == 0 ? p.source[0] : p.source[1];
   const int column = key.source == 0 ? position : position - n_main;
-  const std::int32_t index = src.indices[static_cast<std::int64_t>(token) * src.stride_indices_t + column];
-  key.valid = index >= 0 && static_cast<std::int64_t>(index) < src.num_slots;
+  key.word = static_cast<std::uint32_t>(__ldg(src.indices + static_cast<std::int64_t>(cta) * src.stride_indices_t + column));
+  return key;
+}
+
+// Indices outside [0, num_slots) are never dereferenced; union entries were range-checked by the prepass.
+__device__ __forceinline__ KeySlot resolve_key(const SparseAttentionParams& p, const PendingKey& pending) {
+  KeySlot key;
+  if (!pending.listed) return key;
+  if (p.pack_tokens > 1) {
+    key.source = static_cast<int>(pending.word >> 31);
+    key.slot = pending.word & 0x7FFFFFFFu;
+    key.mask = pending.mask;
+    key.valid = true;
+    return key;
+  }
+  key.source = pending.source;
+  const std::int32_t index = static_cast<std::int32_t>(pending.word);
+  const std::int64_t num_slots = pending.source == 0 ? p.source[0].num_slots : p.source[1].num_slots;
+  key.valid = index >= 0 && static_cast<std::int64_t>(index) < num_slots;
   key.slot = key.valid ? static_cast<std::uint32_t>(index) : 0u;
   key.mask = key.valid ? 1u : 0u;
   return key;
@@ -238,10 +264,10 @@ __global__ void __launch_bounds__(kAttentionThreads, attention_min_blocks_per_sm
     }
     cp_async_commit();
   };
-  KeySlot upcoming = fetch_key(p, cta, begin + my_key, end, n_main);
+  PendingKey upcoming = request_key(p, cta, begin + my_key, end, n_main);
   for (int tile = 0; tile < lead; ++tile) {
-    const KeySlot key = upcoming;
-    upcoming = fetch_key(p, cta, begin + (tile + 1) * Cfg::kKeys + my_key, end, n_main);
+    const KeySlot key = resolve_key(p, upcoming);
+    upcoming = request_key(p, cta, begin + (tile + 1) * Cfg::kKeys + my_key, end, n_main);
     issue_tile(tile, key);
   }
 
@@ -304,8 +330,8 @@ __global__ void __launch_bounds__(kAttentionThreads, attention_min_blocks_per_sm
       }
     }
     __syncwarp();  // the stage is read; refill it
-    const KeySlot key = upcoming;
-    upcoming = fetch_key(p, cta, begin + (tile + lead + 1) * Cfg::kKeys + my_key, end, n_main);
+    const KeySlot key = resolve_key(p, upcoming);
+    upcoming = request_key(p, cta, begin + (tile + lead + 1) * Cfg::kKeys + my_key, end, n_main);
     issue_tile(tile + lead, key);
   };
 

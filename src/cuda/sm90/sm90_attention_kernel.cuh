@@ -164,36 +164,6 @@ __device__ __forceinline__ void write_output_half(const SparseAttentionParams& p
   }
 }
 
-// A key whose index value has been requested but not yet looked at.
-struct PendingKey {
-  std::int32_t index = -1;
-  int source = 0;
-  bool listed = false;  // the position lies in the split's range
-};
-
-__device__ __forceinline__ PendingKey request_key(const SparseAttentionParams& p, int token, int position, int end,
-                                                  int n_main) {
-  PendingKey key;
-  if (position >= end) return key;
-  key.listed = true;
-  key.source = position < n_main ? 0 : 1;
-  const KvSourceParams& src = key.source == 0 ? p.source[0] : p.source[1];
-  const int column = key.source == 0 ? position : position - n_main;
-  key.index = __ldg(src.indices + static_cast<std::int64_t>(token) * src.stride_indices_t + column);
-  return key;
-}
-
-// The same rule as fetch_key: indices outside [0, num_slots) are never dereferenced.
-__device__ __forceinline__ KeySlot resolve_key(const SparseAttentionParams& p, const PendingKey& pending) {
-  KeySlot key;
-  key.source = pending.source;
-  const std::int64_t num_slots = pending.source == 0 ? p.source[0].num_slots : p.source[1].num_slots;
-  key.valid = pending.listed && pending.index >= 0 && static_cast<std::int64_t>(pending.index) < num_slots;
-  key.slot = key.valid ? static_cast<std::uint32_t>(pending.index) : 0u;
-  key.mask = key.valid ? 1u : 0u;
-  return key;
-}
-
 template <class Loader>
 __device__ __forceinline__ void run_producer(const SparseAttentionParams& p, std::uint8_t* smem, int token, int begin,
                                              int end, int n_main, int num_tiles, int thread) {
@@ -207,9 +177,7 @@ __device__ __forceinline__ void run_producer(const SparseAttentionParams& p, std
 
   // Rows are loaded kAhead passes before they are stored (a gather from device
   // memory takes far longer than one pass), and each index value is requested a
-  // pass before its row load reads it: the request only issues the load, and
-  // nothing looks at the value until the next pass (a profile showed the
-  // producer stalled on index values checked right after their load).
+  // pass before its row load needs it (request_key / resolve_key).
   // shares[i] / keys[i] belong to pass round + i, `pending` to round + kAhead.
   constexpr int kAhead = Loader::kPassesAhead;
   auto request_round = [&](int round) {
