@@ -17,6 +17,12 @@
 #include "tests/unit/cuda/device_copy.h"
 #include "testkit/testkit.h"
 
+// First line of every GPU test: skips, visibly, on a machine without a CUDA device.
+#define SKIP_WITHOUT_DEVICE()                                                          \
+  do {                                                                                 \
+    if (!::smla::cudatest::cuda_device_present()) GTEST_SKIP() << "no CUDA device";     \
+  } while (0)
+
 namespace smla::cudatest {
 
 // bf16 inputs and P, f32 accumulation, bf16 output: about 1e-2 of |v| ~ 1.

@@ -34,11 +34,6 @@ using testing::WithinTolerance;
 using cudatest::kOutTolerance;
 using cudatest::kStatTolerance;
 
-#define SKIP_WITHOUT_DEVICE()                                              \
-  do {                                                                     \
-    if (!cudatest::cuda_device_present()) GTEST_SKIP() << "no CUDA device"; \
-  } while (0)
-
 // One index set (main or extra) of a host case, editable per token.
 struct IndexLists {
   TensorView indices;  // [T, width] i32

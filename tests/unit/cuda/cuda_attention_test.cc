@@ -29,11 +29,6 @@ using cudatest::expect_prefill_matches;
 using cudatest::kOutTolerance;
 using cudatest::kStatTolerance;
 
-#define SKIP_WITHOUT_DEVICE()                                                         \
-  do {                                                                                \
-    if (!cudatest::cuda_device_present()) GTEST_SKIP() << "no CUDA device";            \
-  } while (0)
-
 testkit::DecodeCaseOptions small_v4_case() {
   testkit::DecodeCaseOptions o;
   o.num_requests = 3;
