@@ -45,6 +45,17 @@ targets=($tests)
 [[ "${SMLA_SKIP_BENCH:-0}" != 1 ]] && targets+=(smla_bench_cuda)
 [[ -n "${SMLA_GPU_EXTRA_TARGETS:-}" ]] && targets+=($SMLA_GPU_EXTRA_TARGETS)
 step "build (archs $archs, $jobs jobs, targets ${targets[*]})"
+# A warm GPU machine keeps build/gpu between calls, but the copied sources may carry older
+# mtimes than the objects there: touch every source whose content differs from the last
+# build's (all of them when there is no record, e.g. after bench/cuda/ab_variants.sh).
+manifest=build/gpu/.source-md5
+mkdir -p build/gpu
+find src include bench tests tools testkit -type f -print0 2>/dev/null | sort -z | xargs -0 md5sum >"$out/.source-md5"
+if [[ -f $manifest ]]; then
+  comm -13 <(sort "$manifest") <(sort "$out/.source-md5") | awk '{print $2}' | xargs -r touch
+else
+  awk '{print $2}' "$out/.source-md5" | xargs -r touch
+fi
 if ! { cmake -S . -B build/gpu -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$archs" -DSMLA_BUILD_TESTS=ON \
        -DSMLA_BUILD_BENCH=ON "${dep_args[@]}" && cmake --build build/gpu -j "$jobs" --target "${targets[@]}"; } \
        >"$out/build.log" 2>&1; then
@@ -53,6 +64,7 @@ if ! { cmake -S . -B build/gpu -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECT
   echo "BUILD FAILED"
   exit 1
 fi
+mv "$out/.source-md5" "$manifest"
 grep -E "Compiling entry|registers|spill" "$out/build.log" | grep -B1 -A1 sparse_attention | grep -E "registers|spill" | sort | uniq -c | head -20
 
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)

@@ -2,10 +2,11 @@
 # A/B timing of attention-kernel variants in one GPU call, after scripts/gpu-check.sh
 # has configured and built build/gpu (it also unpacks SMLA_GPU_DEPS to /tmp/smla-deps).
 #   bench/cuda/ab_variants.sh OUT_DIR VARIANT...
-# VARIANT is "NAME@DIR" (every file of DIR copied over src/cuda) or
+# VARIANT is "NAME@DIR" (DIR's tree copied over src/cuda, subfolders included) or
 # "NAME:FILE:SED" (the sed expression applied to src/cuda/FILE). Each variant is
-# built incrementally, its GPU tests run, timed on the decode cases that matter (b = 128), then
-# src/cuda is restored (build/gpu then holds the last variant's objects until the
+# built incrementally, its GPU tests run, timed on the decode cases that matter (b = 128,
+# or AB_DECODE="LABEL..." at AB_B) and the prefill cases of AB_PREFILL (a label filter, empty for none),
+# then src/cuda is restored (build/gpu then holds the last variant's objects until the
 # next build); "current" (the tree as carried) is timed first.
 set -uo pipefail
 out=$1
@@ -15,16 +16,18 @@ export LD_LIBRARY_PATH="$deps/openblas-pthread:$deps${LD_LIBRARY_PATH:+:$LD_LIBR
 saved=$(mktemp -d)
 cp -a src/cuda/. "$saved/"
 build_log=/tmp/ab_build.log
-bench() { build/gpu/bench/cuda/smla_bench_cuda --runs 20 --warmup 3 --check-max-b 0 --no-prefill --json /dev/null "$@"; }
+bench() { build/gpu/bench/cuda/smla_bench_cuda --runs 20 --warmup 3 --check-max-b 0 --json /dev/null "$@"; }
 time_set() {
-  for filter in CONFIG TP-h32 V3.2; do bench --filter "$filter" --b 128; done 2>&1 |
-    grep -vE "^(device|mma|case)" | sed "s/^/$1 /" | tee -a "$out/ab.log"
+  {
+    for filter in ${AB_DECODE:-CONFIG TP-h32 V3.2}; do bench --no-prefill --filter "$filter" --b "${AB_B:-128}"; done
+    [[ -n "${AB_PREFILL:-}" ]] && bench --no-decode --filter "$AB_PREFILL"
+  } 2>&1 | grep -vE "^(device|mma|cuBLASLt|case|prefill|$)" | sed "s/^/$1 /" | tee -a "$out/ab.log"
 }
 time_set current
 for variant in "$@"; do
   name=${variant%%[@:]*}
   if [[ $variant == *@* ]]; then
-    cp "${variant#*@}"/* src/cuda/
+    cp -r "${variant#*@}"/. src/cuda/
   else
     rest=${variant#*:}
     sed -i "${rest#*:}" "src/cuda/${rest%%:*}"
@@ -37,6 +40,7 @@ for variant in "$@"; do
     echo "$name: BUILD FAILED" | tee -a "$out/ab.log"
     tail -5 "$build_log"
   fi
-  find "$saved" -maxdepth 1 -type f -exec cp {} src/cuda/ \;  # fresh mtimes: the next build sees the change
+  cp -r "$saved"/. src/cuda/  # fresh mtimes: the next build sees the change
 done
 rm -rf "$saved"
+rm -f build/gpu/.source-md5  # build/gpu holds the last variant: the next scripts/gpu-check.sh rebuilds everything

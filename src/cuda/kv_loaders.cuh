@@ -38,12 +38,41 @@ __device__ __forceinline__ uint2 e4m3x4_to_bf16x4(std::uint32_t codes, float sca
   return result;
 }
 
+// The same with a power-of-two scale held as bf16x2 (a UE8M0 scale): the codes
+// become bf16 first (every e4m3 value is a bf16 normal) and one bf16x2 multiply
+// applies the scale. Bit for bit the f32 route: both round the exact product
+// once, subnormal results included (mul.bf16x2 has no flush-to-zero); NaN stays NaN.
+__device__ __forceinline__ uint2 e4m3x4_to_bf16x4(std::uint32_t codes, __nv_bfloat162 scale) {
+  const __half2_raw lo_raw = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(codes & 0xFFFFu), __NV_E4M3);
+  const __half2_raw hi_raw = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(codes >> 16), __NV_E4M3);
+  const float2 lo = __half22float2(__half2(lo_raw));
+  const float2 hi = __half22float2(__half2(hi_raw));
+  const __nv_bfloat162 a = __hmul2(__floats2bfloat162_rn(lo.x, lo.y), scale);
+  const __nv_bfloat162 b = __hmul2(__floats2bfloat162_rn(hi.x, hi.y), scale);
+  uint2 result;
+  result.x = *reinterpret_cast<const std::uint32_t*>(&a);
+  result.y = *reinterpret_cast<const std::uint32_t*>(&b);
+  return result;
+}
+
+// A UE8M0 scale byte as two bf16 copies of 2^(byte - 127), without branches:
+// 0 is the bf16 subnormal 2^-127, 0xFF is NaN (as ue8m0_to_f32).
+__device__ __forceinline__ __nv_bfloat162 ue8m0_to_bf16x2(std::uint32_t byte) {
+  std::uint32_t bits = byte << 7;
+  bits = byte == 0 ? 0x0040u : bits;
+  bits = byte == 0xFFu ? 0x7FC0u : bits;
+  bits *= 0x00010001u;
+  return *reinterpret_cast<const __nv_bfloat162*>(&bits);
+}
+
 // 8 e4m3 codes at `raw` (8-byte aligned, shared) -> 8 bf16 at `dst` (16-byte aligned, shared).
 // The FP8 loaders hand a key's threads interleaved 8-value chunks (chunk = part + kParts j):
 // each 8-thread phase then reads 64 consecutive raw bytes and writes 128 consecutive
 // K-row bytes, free of bank conflicts. (Contiguous 64-value runs per thread put the
 // 8 threads' 16-byte stores in one bank group: 8-way conflicts on every store.)
-__device__ __forceinline__ void dequant_8(const std::uint8_t* raw, __nv_bfloat16* dst, float scale) {
+// Scale: float, or __nv_bfloat162 for a power of two (see e4m3x4_to_bf16x4).
+template <class Scale>
+__device__ __forceinline__ void dequant_8(const std::uint8_t* raw, __nv_bfloat16* dst, Scale scale) {
   const uint2 codes = *reinterpret_cast<const uint2*>(raw);
   const uint2 lo = e4m3x4_to_bf16x4(codes.x, scale);
   const uint2 hi = e4m3x4_to_bf16x4(codes.y, scale);
@@ -89,7 +118,7 @@ struct V4Fp8Loader {
   __device__ static void dequant(const std::uint8_t* raw, __nv_bfloat16* krow, int part, float /*fp8_scale*/) {
     for_each_chunk<Format::kNopeDim / kValuesPerChunk, kParts>(part, [&](int chunk) {
       const int first = chunk * kValuesPerChunk;
-      dequant_8(raw + first, krow + first, ue8m0_to_f32(raw[kScaleStage + first / Format::kTile]));
+      dequant_8(raw + first, krow + first, ue8m0_to_bf16x2(raw[kScaleStage + first / Format::kTile]));
     });
     for_each_chunk<Format::kRopeDim * 2 / 16, kParts>(part, [&](int chunk) {
       reinterpret_cast<uint4*>(krow + Format::kNopeDim)[chunk] =

@@ -29,6 +29,13 @@ __device__ __forceinline__ std::uint64_t make_sw128_desc(std::uint32_t smem_byte
          (static_cast<std::uint64_t>((stride_bytes & 0x3FFFFu) >> 4) << 32) | (std::uint64_t{1} << 62);
 }
 
+// The descriptor of the same tile `bytes` further on (a multiple of 16): the
+// start address field is the low 14 bits (address >> 4), and shared-memory
+// addresses stay below 256 KB, so the add never carries into the other fields.
+__device__ __forceinline__ std::uint64_t advance_desc(std::uint64_t desc, std::uint32_t bytes) {
+  return desc + (bytes >> 4);
+}
+
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }

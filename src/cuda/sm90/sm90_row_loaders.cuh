@@ -61,10 +61,11 @@ struct V4Units {
   }
   __device__ static int unit_offset(int unit) { return 16 * unit; }
   __device__ static Scales load_scales(const RowLocation& at) { return __ldg(reinterpret_cast<const uint2*>(at.scales)); }
-  __device__ static float unit_scale(const Scales& scales, int unit, float /*fp8_scale*/) {
+  // A power of two: applied as a bf16x2 multiply (e4m3x4_to_bf16x4's bf16 overload).
+  __device__ static __nv_bfloat162 unit_scale(const Scales& scales, int unit, float /*fp8_scale*/) {
     const int tile = unit * 16 / Format::kTile;
     const std::uint32_t word = tile < 4 ? scales.x : scales.y;
-    return ue8m0_to_f32(static_cast<std::uint8_t>(word >> (8 * (tile % 4))));
+    return ue8m0_to_bf16x2((word >> (8 * (tile % 4))) & 0xFFu);
   }
 };
 
@@ -176,7 +177,7 @@ struct Sm90RowLoader {
       const int unit = part + kParts * j;
       if (!(kUnits % kParts == 0 || unit < kUnits)) continue;
       if (unit < Units::kFp8Units) {
-        const float scale = Units::unit_scale(share.scales, unit, fp8_scale);
+        const auto scale = Units::unit_scale(share.scales, unit, fp8_scale);
         const uint4 codes = share.units[j];
         const int dim = 16 * unit;
         const uint2 a = e4m3x4_to_bf16x4(codes.x, scale);

@@ -1,0 +1,75 @@
+// The two e4m3 -> bf16 expansions of src/cuda/kv_loaders.cuh must agree bit for
+// bit: the f32 route (any scale) and the bf16x2 route the Hopper kernel uses for
+// UE8M0 scales. Every (code, scale byte) pair is checked on the device; the
+// expected values come from the host codec's decode (smla::e4m3_to_f32 and
+// ue8m0_to_f32 rounded to bf16), not from either device route.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "smla/numeric.h"
+#include "src/cuda/kv_loaders.cuh"
+#include "tests/unit/cuda/device_copy.h"
+
+namespace smla::cuda {
+namespace {
+
+constexpr int kCodes = 256;
+constexpr int kScales = 256;
+
+// out[2 * (scale * 256 + code) + route]: the bf16 bits of code x 2^(scale - 127), route 0 = f32, 1 = bf16x2.
+__global__ void expand_every_pair(std::uint16_t* out) {
+  const std::uint32_t scale_byte = blockIdx.x;
+  const std::uint32_t code = threadIdx.x;
+  const std::uint32_t codes = code * 0x01010101u;  // the same code in all four lanes
+  const uint2 by_f32 = e4m3x4_to_bf16x4(codes, ue8m0_to_f32(static_cast<std::uint8_t>(scale_byte)));
+  const uint2 by_bf16 = e4m3x4_to_bf16x4(codes, ue8m0_to_bf16x2(scale_byte));
+  std::uint16_t* at = out + 2 * (scale_byte * kCodes + code);
+  // All four lanes must agree too: a lane mix-up shows as a mismatch.
+  const bool lanes_agree = (by_f32.x & 0xFFFFu) == (by_f32.x >> 16) && by_f32.x == by_f32.y &&
+                           (by_bf16.x & 0xFFFFu) == (by_bf16.x >> 16) && by_bf16.x == by_bf16.y;
+  at[0] = lanes_agree ? static_cast<std::uint16_t>(by_f32.x) : 0xDEADu;
+  at[1] = lanes_agree ? static_cast<std::uint16_t>(by_bf16.x) : 0xDEADu;
+}
+
+bool is_bf16_nan(std::uint16_t bits) { return (bits & 0x7F80u) == 0x7F80u && (bits & 0x7Fu) != 0; }
+
+// The host's exact answer: decode in f64, round to bf16 (round to nearest even, NaN kept).
+std::uint16_t expected_bits(int code, int scale_byte) {
+  const double value = static_cast<double>(e4m3_to_f32(static_cast<std::uint8_t>(code))) *
+                       static_cast<double>(ue8m0_to_f32(static_cast<std::uint8_t>(scale_byte)));
+  if (std::isnan(value)) return 0x7FC0u;
+  return f32_to_bf16(static_cast<float>(value));  // exact in f32: 4 significant bits times a power of two
+}
+
+TEST(CudaDequant, Ue8m0ScaledExpansionMatchesHostBitForBit) {
+  if (!cudatest::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
+  cudatest::DeviceBuffer out(2 * kCodes * kScales * sizeof(std::uint16_t));
+  expand_every_pair<<<kScales, kCodes>>>(static_cast<std::uint16_t*>(out.data()));
+  cudatest::check_cuda(cudaGetLastError(), "launch");
+  std::vector<std::uint16_t> bits(2 * kCodes * kScales);
+  cudatest::check_cuda(cudaMemcpy(bits.data(), out.data(), bits.size() * sizeof(std::uint16_t), cudaMemcpyDeviceToHost),
+                       "copy back");
+  int mismatches = 0;
+  for (int scale = 0; scale < kScales; ++scale) {
+    for (int code = 0; code < kCodes; ++code) {
+      const std::uint16_t want = expected_bits(code, scale);
+      for (int route = 0; route < 2; ++route) {
+        const std::uint16_t got = bits[2 * (scale * kCodes + code) + route];
+        const bool same = is_bf16_nan(want) ? is_bf16_nan(got) : got == want;
+        if (!same && ++mismatches <= 10) {
+          ADD_FAILURE() << "code 0x" << std::hex << code << " scale byte 0x" << scale << " route "
+                        << (route == 0 ? "f32" : "bf16x2") << ": got 0x" << got << ", want 0x" << want;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(mismatches, 0);
+}
+
+}  // namespace
+}  // namespace smla::cuda
