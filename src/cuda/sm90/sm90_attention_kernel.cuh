@@ -193,7 +193,7 @@ __device__ __forceinline__ void run_producer(const SparseAttentionParams& p, std
     if (key.valid) {
       Loader::load(key.source == 0 ? p.source[0] : p.source[1], key.slot, part, share);
     } else {
-      Loader::clear(share);
+      share = {};  // an invalid key's row is zero
     }
   };
   KeySlot keys[kRing];

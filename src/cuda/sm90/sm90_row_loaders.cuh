@@ -144,7 +144,7 @@ struct Sm90RowLoader {
   static constexpr int kParts = Units::kParts;
   static constexpr int kPassesAhead = Units::kPassesAhead;
   static constexpr int kUnits = Units::kFp8Units + Units::kBf16Units;
-  static constexpr int kUnitsPerPart = (kUnits + kParts - 1) / kParts;
+  static constexpr int kUnitsPerPart = kUnits / kParts;
   static_assert(kDim % 64 == 0, "K rows are whole 64-value (128-byte) swizzle rows");
 
   struct Share {
@@ -152,22 +152,19 @@ struct Sm90RowLoader {
     typename Units::Scales scales;
   };
 
+  // Both unit kinds are 16 bytes apart in their segment and the FP8 segment ends
+  // on a multiple of kParts, so unit part + kParts j sits at a constant offset
+  // from unit part: one base address a key, immediates for the rest.
+  static_assert(Units::kFp8Units % kParts == 0 && kUnits % kParts == 0);
+
   __device__ static void load(const KvSourceParams& src, std::uint32_t slot, int part, Share& share) {
     const RowLocation at = Units::locate(src, slot);
+    const std::uint8_t* base = at.row + 16 * part;
 #pragma unroll
     for (int j = 0; j < kUnitsPerPart; ++j) {
-      const int unit = part + kParts * j;
-      if (kUnits % kParts == 0 || unit < kUnits) {
-        share.units[j] = __ldg(reinterpret_cast<const uint4*>(at.row + Units::unit_offset(unit)));
-      }
+      share.units[j] = __ldg(reinterpret_cast<const uint4*>(base + Units::unit_offset(kParts * j)));
     }
     share.scales = Units::load_scales(at);
-  }
-
-  __device__ static void clear(Share& share) {
-#pragma unroll
-    for (int j = 0; j < kUnitsPerPart; ++j) share.units[j] = make_uint4(0, 0, 0, 0);
-    share.scales = {};
   }
 
   // Writes the share into row `key` of a K tile (kDim / 64 swizzled 64-row regions of 8 KB).
@@ -175,7 +172,6 @@ struct Sm90RowLoader {
 #pragma unroll
     for (int j = 0; j < kUnitsPerPart; ++j) {
       const int unit = part + kParts * j;
-      if (!(kUnits % kParts == 0 || unit < kUnits)) continue;
       if (unit < Units::kFp8Units) {
         const auto scale = Units::unit_scale(share.scales, unit, fp8_scale);
         const uint4 codes = share.units[j];
