@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <string_view>
 #include <tuple>
 
 #include "src/cuda/pack_union.h"
@@ -122,6 +123,19 @@ PackRule pack_rule_from_environment() {
   return PackRule{std::clamp(std::atoi(setting), 0, kMaxTileRows), false};
 }
 
+// Prefetching rows into L2 a few tiles ahead (sm90 kernel) pays when they come
+// from device memory: decode-sized grids, measured 5-11% faster on CONFIG1-4
+// (docs/PERF.md). Long prefill launches find their rows in L2 already and lost
+// 12% to the extra requests. SMLA_SM90_PREFETCH=on / off overrides (A/B runs).
+constexpr std::int64_t kPrefetchMaxWaves = 4;
+
+bool prefetch_rows_wanted(std::int64_t ctas, std::int64_t slots) {
+  const char* setting = std::getenv("SMLA_SM90_PREFETCH");
+  if (setting != nullptr && std::string_view(setting) == "on") return true;
+  if (setting != nullptr && std::string_view(setting) == "off") return false;
+  return ctas <= kPrefetchMaxWaves * slots;
+}
+
 }  // namespace
 
 int choose_pack_tokens(std::int64_t num_heads, std::int64_t num_keys, std::int64_t queries_per_request, PackRule rule) {
@@ -185,6 +199,7 @@ Expected<AttentionPlan> plan_attention(LoaderKind kind, std::int64_t num_tokens,
   const std::int64_t blocks = std::max<std::int64_t>(num_tokens / plan.pack_tokens * plan.head_blocks, 1);
   const std::int64_t tiles = std::max<std::int64_t>((num_keys + kKeysPerTile - 1) / kKeysPerTile, 1);
   plan.num_splits = static_cast<int>(std::clamp<std::int64_t>(std::min(slots / blocks, tiles), 1, kMaxSplits));
+  plan.prefetch_rows = prefetch_rows_wanted(blocks * plan.num_splits, slots);
   if (plan.num_splits > 1) {
     plan.workspace_bytes = partial_out_bytes(plan, num_tokens, num_heads) + 2 * partial_stat_bytes(plan, num_tokens, num_heads);
   }
@@ -198,6 +213,7 @@ void assign_workspace(const AttentionPlan& plan, void* workspace, SparseAttentio
   params->k_buffers = plan.k_buffers;
   params->pack_tokens = plan.pack_tokens;
   params->pack_capacity = plan.pack_capacity;
+  params->prefetch_rows = plan.prefetch_rows;
   auto* base = static_cast<std::uint8_t*>(workspace);
   if (plan.num_splits > 1) {
     const std::size_t out_bytes = partial_out_bytes(plan, params->num_tokens, params->num_heads);

@@ -19,6 +19,7 @@ struct AttentionPlan {
   int num_splits = 1;
   int pack_tokens = 1;    // > 1: packed MTP, this many tokens of one request per CTA
   int pack_capacity = 0;  // union entries per packed group (pack_tokens * num_keys)
+  bool prefetch_rows = false;  // SparseAttentionParams::prefetch_rows
   std::size_t workspace_bytes = 0;
 };
 

@@ -33,6 +33,7 @@ inline constexpr int kRows = 64;        // query heads per CTA
 inline constexpr int kKeys = 64;        // keys per tile
 inline constexpr int kThreads = 384;    // score, value and producer warpgroups
 inline constexpr int kHalfColumns = kValueDim / 2;
+inline constexpr int kPrefetchTiles = 4;  // how far ahead the value warpgroup asks L2 for rows
 inline constexpr int kScoreRegisters = 192;
 inline constexpr int kValueRegisters = 160;
 inline constexpr int kProducerRegisters = 152;
@@ -381,13 +382,35 @@ __device__ __forceinline__ void run_score_warpgroup(const SparseAttentionParams&
 
 template <class Loader>
 __device__ __forceinline__ void run_value_warpgroup(const SparseAttentionParams& p, std::uint8_t* smem, int token,
-                                                    int head0, int split, int num_tiles, int thread) {
+                                                    int head0, int split, int begin, int end, int n_main, int num_tiles,
+                                                    int thread) {
   using Layout = Sm90Layout<Loader::kDim>;
   const int warp = thread / 32;
   const int lane = thread % 32;
   const int row0 = 16 * warp + lane / 4;
   const float* alpha_s = reinterpret_cast<const float*>(smem + Layout::kAlpha);
   const std::uint64_t p_desc = make_sw128_desc(smem_address(smem + Layout::kP), 16, kSwizzleAtomBytes);
+
+  // This warpgroup mostly waits for the producer; meanwhile it asks L2 for the
+  // rows of the tile kPrefetchTiles ahead (two threads a key: row, scales), so
+  // the producer's loads find them there. Tiles 1..kPrefetchTiles - 1 go first.
+  auto request_prefetch = [&](int tile) {
+    return request_key(p, token, begin + tile * kKeys + thread / 2, end, n_main);  // past `end`: nothing is read
+  };
+  auto prefetch = [&](const PendingKey& pending) {
+    const KeySlot key = resolve_key(p, pending);
+    if (key.valid) Loader::prefetch_l2(key.source == 0 ? p.source[0] : p.source[1], key.slot, thread % 2);
+  };
+  // Only where the plan asks (p.prefetch_rows: rows that L2 already holds gain nothing).
+  const bool prefetching = p.prefetch_rows;
+  if (prefetching) {
+    PendingKey first[kPrefetchTiles - 1];
+#pragma unroll
+    for (int i = 0; i < kPrefetchTiles - 1; ++i) first[i] = request_prefetch(i + 1);
+#pragma unroll
+    for (int i = 0; i < kPrefetchTiles - 1; ++i) prefetch(first[i]);
+  }
+  PendingKey upcoming = prefetching ? request_prefetch(kPrefetchTiles) : PendingKey{};
 
   float o[128];
 #pragma unroll
@@ -407,6 +430,10 @@ __device__ __forceinline__ void run_value_warpgroup(const SparseAttentionParams&
                              1);
     }
     wgmma_commit();
+    if (prefetching) {  // while P V runs
+      prefetch(upcoming);
+      upcoming = request_prefetch(tile + 1 + kPrefetchTiles);
+    }
     wgmma_wait<0>();
     pin_registers(o);
     if (tile + 1 < num_tiles) named_barrier_arrive(kPEmpty, 256);
@@ -465,7 +492,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_attention_kernel(const __gri
     load_query<Loader::kDim>(p, token, head0, smem + Layout::kQ, tid);
     fence_view_async_shared();
     named_barrier_sync(kConsumers, 256);
-    run_value_warpgroup<Loader>(p, smem, token, head0, split, num_tiles, tid - 128);
+    run_value_warpgroup<Loader>(p, smem, token, head0, split, begin, end, n_main, num_tiles, tid - 128);
   }
 #else
   (void)p;  // never launched: the host uses this kernel only on sm_90 devices of an sm_90a build

@@ -53,6 +53,8 @@ struct V4Units {
   // with three passes ahead by 1.5x (docs/PERF.md).
   static constexpr int kParts = 4;
   static constexpr int kPassesAhead = 1;  // 9 units a thread
+  static constexpr int kRowBytes = Format::kDataBytes;  // from RowLocation::row
+  static constexpr bool kScaleFooter = true;            // scales elsewhere in the page
   static_assert(Format::rope_offset(0, 1) == Format::kNopeDim && Format::kScaleBytes == sizeof(Scales));
   __device__ static RowLocation locate(const KvSourceParams& src, std::uint32_t slot) {
     std::uint32_t entry = 0;
@@ -78,6 +80,8 @@ struct V32Units {
   static constexpr int kBf16Units = Format::kRopeDim * 2 / 16;
   static constexpr int kParts = 8;
   static constexpr int kPassesAhead = 2;  // 2 x 5 units and the 16-byte scales in flight per thread
+  static constexpr int kRowBytes = Format::kBytesPerToken;  // scales inside the row
+  static constexpr bool kScaleFooter = false;
   static_assert(Format::kScaleBytes == sizeof(Scales) && Format::scale_offset(0, 1) % 16 == 0);
   __device__ static RowLocation locate(const KvSourceParams& src, std::uint32_t slot) {
     std::uint32_t entry = 0;
@@ -107,6 +111,8 @@ struct Fp8RowUnits {
   static constexpr int kBf16Units = 0;
   static constexpr int kParts = 8;
   static constexpr int kPassesAhead = 3;  // 3 x 4 units in flight per thread
+  static constexpr int kRowBytes = Format::kBytesPerToken;
+  static constexpr bool kScaleFooter = false;
   __device__ static RowLocation locate(const KvSourceParams& src, std::uint32_t slot) {
     std::uint32_t entry = 0;
     const std::uint8_t* page = split_slot(src, slot, &entry);
@@ -126,6 +132,8 @@ struct Bf16RowUnits {
   static constexpr int kBf16Units = kDim * 2 / 16;
   static constexpr int kParts = 8;
   static constexpr int kPassesAhead = 1;  // 8 or 9 units a pass: one pass ahead fits the registers
+  static constexpr int kRowBytes = kDim * 2;
+  static constexpr bool kScaleFooter = false;
   __device__ static RowLocation locate(const KvSourceParams& src, std::uint32_t slot) {
     std::uint32_t entry = 0;
     const std::uint8_t* page = split_slot(src, slot, &entry);
@@ -165,6 +173,18 @@ struct Sm90RowLoader {
       share.units[j] = __ldg(reinterpret_cast<const uint4*>(base + Units::unit_offset(kParts * j)));
     }
     share.scales = Units::load_scales(at);
+  }
+
+  // Asks L2 for a key's bytes ahead of load(): the row as one bulk prefetch
+  // (16-byte aligned, a multiple of 16 bytes) by `half` 0, the scale footer by `half` 1.
+  __device__ static void prefetch_l2(const KvSourceParams& src, std::uint32_t slot, int half) {
+    static_assert(Units::kRowBytes % 16 == 0);
+    const RowLocation at = Units::locate(src, slot);
+    if (half == 0) {
+      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(at.row), "n"(Units::kRowBytes) : "memory");
+    } else if (Units::kScaleFooter) {
+      asm volatile("prefetch.global.L2 [%0];\n" ::"l"(at.scales) : "memory");
+    }
   }
 
   // Writes the share into row `key` of a K tile (kDim / 64 swizzled 64-row regions of 8 KB).
