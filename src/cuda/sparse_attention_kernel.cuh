@@ -109,6 +109,12 @@ __device__ __forceinline__ void store_bf16_pair(const SparseAttentionParams& p, 
   }
 }
 
+// The source a key reads (0: main, 1: extra), spelled as a choice between the two
+// members rather than an index into them.
+__device__ __forceinline__ const KvSourceParams& key_source(const SparseAttentionParams& p, int source) {
+  return source == 0 ? p.source[0] : p.source[1];
+}
+
 // Where one key of the tile comes from: the slot and whether it is attended.
 struct KeySlot {
   std::uint32_t slot = 0;
@@ -142,7 +148,7 @@ __device__ __forceinline__ PendingKey request_key(const SparseAttentionParams& p
     return key;
   }
   key.source = position < n_main ? 0 : 1;
-  const KvSourceParams& src = key.source == 0 ? p.source[0] : p.source[1];
+  const KvSourceParams& src = key_source(p, key.source);
   const int column = key.source == 0 ? position : position - n_main;
   key.word = static_cast<std::uint32_t>(__ldg(src.indices + static_cast<std::int64_t>(cta) * src.stride_indices_t + column));
   return key;
@@ -161,7 +167,7 @@ __device__ __forceinline__ KeySlot resolve_key(const SparseAttentionParams& p, c
   }
   key.source = pending.source;
   const std::int32_t index = static_cast<std::int32_t>(pending.word);
-  const std::int64_t num_slots = pending.source == 0 ? p.source[0].num_slots : p.source[1].num_slots;
+  const std::int64_t num_slots = key_source(p, pending.source).num_slots;
   key.valid = index >= 0 && static_cast<std::int64_t>(index) < num_slots;
   key.slot = key.valid ? static_cast<std::uint32_t>(index) : 0u;
   key.mask = key.valid ? 1u : 0u;
@@ -257,7 +263,7 @@ __global__ void __launch_bounds__(kAttentionThreads, attention_min_blocks_per_sm
     const bool load = tile < num_tiles && key.valid;
     if (load) {
       Loader::template issue<kThreadsPerKey>(raw_s + stage * Cfg::kRawStageBytes + my_key * Loader::kRawStride,
-                                             key.source == 0 ? p.source[0] : p.source[1], key.slot, my_part);
+                                             key_source(p, key.source), key.slot, my_part);
     }
     if (my_part == 0) {  // loaded | source << 1 | token mask << 2
       flag_s[stage * Cfg::kKeys + my_key] = (load ? 1 : 0) | (key.source << 1) | static_cast<int>(key.mask << 2);
@@ -321,7 +327,7 @@ __global__ void __launch_bounds__(kAttentionThreads, attention_min_blocks_per_sm
     __nv_bfloat16* krow = k_tile + my_key * Cfg::kRowStride;
     if (my_part == 0) valid_s[my_key] = (flag & 1) ? (flag >> 2) : 0;  // the mask of tokens attending the key
     if (flag & 1) {
-      const float fp8_scale = ((flag >> 1) & 1) == 0 ? p.source[0].fp8_scale : p.source[1].fp8_scale;
+      const float fp8_scale = key_source(p, (flag >> 1) & 1).fp8_scale;
       Loader::template dequant<kThreadsPerKey>(raw_s + stage * Cfg::kRawStageBytes + my_key * Loader::kRawStride,
                                                krow, my_part, fp8_scale);
     } else {  // zero rows keep NaN garbage out of P V (P is 0 there, but 0 * NaN is NaN)

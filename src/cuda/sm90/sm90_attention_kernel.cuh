@@ -192,7 +192,7 @@ __device__ __forceinline__ void run_producer(const SparseAttentionParams& p, std
   };
   auto load_share = [&](const KeySlot& key, typename Loader::Share& share) {
     if (key.valid) {
-      Loader::load(key.source == 0 ? p.source[0] : p.source[1], key.slot, part, share);
+      Loader::load(key_source(p, key.source), key.slot, part, share);
     } else {
       share = {};  // an invalid key's row is zero
     }
@@ -209,7 +209,7 @@ __device__ __forceinline__ void run_producer(const SparseAttentionParams& p, std
     const int buffer = tile & 1;
     if (round % kRounds == 0 && tile >= 2) named_barrier_sync(kEmpty0 + buffer, kThreads);
     const int key = (round % kRounds) * kKeysPerRound + key_in_round;
-    const float fp8_scale = keys[current].source == 0 ? p.source[0].fp8_scale : p.source[1].fp8_scale;
+    const float fp8_scale = key_source(p, keys[current].source).fp8_scale;
     Loader::store(smem + Layout::kK + buffer * Layout::kTileBytes, key, part, shares[current], fp8_scale);
     if (part == 0) valid_s[buffer * kKeys + key] = keys[current].valid ? 1 : 0;
     if (round % kRounds == kRounds - 1) {
@@ -399,7 +399,7 @@ __device__ __forceinline__ void run_value_warpgroup(const SparseAttentionParams&
   };
   auto prefetch = [&](const PendingKey& pending) {
     const KeySlot key = resolve_key(p, pending);
-    if (key.valid) Loader::prefetch_l2(key.source == 0 ? p.source[0] : p.source[1], key.slot, thread % 2);
+    if (key.valid) Loader::prefetch_l2(key_source(p, key.source), key.slot, thread % 2);
   };
   // Only where the plan asks (p.prefetch_rows: rows that L2 already holds gain nothing).
   const bool prefetching = p.prefetch_rows;
