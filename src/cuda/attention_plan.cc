@@ -169,7 +169,7 @@ Expected<AttentionPlan> plan_attention(LoaderKind kind, std::int64_t num_tokens,
   // The smallest tile that holds every head (times the packed tokens; up to 64
   // rows per CTA), shrunk further when the device's shared memory cannot hold it.
   const std::int64_t tile_rows = num_heads * plan.pack_tokens;
-  int rows = tile_rows <= 16 ? 16 : (tile_rows <= 32 ? 32 : 64);
+  int rows = tile_rows_for(tile_rows);
   // 17-32 heads on an sm90 device, tokens within one wave of 64-row CTAs: the sm90
   // kernel with its padding rows beats two 32-row CTAs a token (docs/PERF.md, TP-h32).
   if (rows == 32 && plan.pack_tokens == 1 && num_tokens <= device->sm_count && sm90_attention_usable()) rows = 64;

@@ -24,18 +24,24 @@ __device__ __forceinline__ const std::uint8_t* page_base(const KvSourceParams& s
   return src.pages + static_cast<std::int64_t>(page) * src.page_stride_bytes;
 }
 
+// Four e4m3 codes (one 32-bit word) as f32 pairs: exact (every e4m3 value is an f16 normal).
+__device__ __forceinline__ void e4m3x4_to_f32(std::uint32_t codes, float2* lo, float2* hi) {
+  const auto low_pair = static_cast<__nv_fp8x2_storage_t>(codes & 0xFFFFu);
+  const auto high_pair = static_cast<__nv_fp8x2_storage_t>(codes >> 16);
+  *lo = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(low_pair, __NV_E4M3)));
+  *hi = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(high_pair, __NV_E4M3)));
+}
+
+__device__ __forceinline__ uint2 bf16x2_pair_bits(__nv_bfloat162 a, __nv_bfloat162 b) {
+  return make_uint2(*reinterpret_cast<const std::uint32_t*>(&a), *reinterpret_cast<const std::uint32_t*>(&b));
+}
+
 // Four e4m3 codes (one 32-bit word) times a scale, to four bf16 values.
 __device__ __forceinline__ uint2 e4m3x4_to_bf16x4(std::uint32_t codes, float scale) {
-  const __half2_raw lo_raw = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(codes & 0xFFFFu), __NV_E4M3);
-  const __half2_raw hi_raw = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(codes >> 16), __NV_E4M3);
-  const float2 lo = __half22float2(__half2(lo_raw));
-  const float2 hi = __half22float2(__half2(hi_raw));
-  const __nv_bfloat162 a = __floats2bfloat162_rn(lo.x * scale, lo.y * scale);
-  const __nv_bfloat162 b = __floats2bfloat162_rn(hi.x * scale, hi.y * scale);
-  uint2 result;
-  result.x = *reinterpret_cast<const std::uint32_t*>(&a);
-  result.y = *reinterpret_cast<const std::uint32_t*>(&b);
-  return result;
+  float2 lo, hi;
+  e4m3x4_to_f32(codes, &lo, &hi);
+  return bf16x2_pair_bits(__floats2bfloat162_rn(lo.x * scale, lo.y * scale),
+                          __floats2bfloat162_rn(hi.x * scale, hi.y * scale));
 }
 
 // The same with a power-of-two scale held as bf16x2 (a UE8M0 scale): the codes
@@ -43,16 +49,10 @@ __device__ __forceinline__ uint2 e4m3x4_to_bf16x4(std::uint32_t codes, float sca
 // applies the scale. Bit for bit the f32 route: both round the exact product
 // once, subnormal results included (mul.bf16x2 has no flush-to-zero); NaN stays NaN.
 __device__ __forceinline__ uint2 e4m3x4_to_bf16x4(std::uint32_t codes, __nv_bfloat162 scale) {
-  const __half2_raw lo_raw = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(codes & 0xFFFFu), __NV_E4M3);
-  const __half2_raw hi_raw = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(codes >> 16), __NV_E4M3);
-  const float2 lo = __half22float2(__half2(lo_raw));
-  const float2 hi = __half22float2(__half2(hi_raw));
-  const __nv_bfloat162 a = __hmul2(__floats2bfloat162_rn(lo.x, lo.y), scale);
-  const __nv_bfloat162 b = __hmul2(__floats2bfloat162_rn(hi.x, hi.y), scale);
-  uint2 result;
-  result.x = *reinterpret_cast<const std::uint32_t*>(&a);
-  result.y = *reinterpret_cast<const std::uint32_t*>(&b);
-  return result;
+  float2 lo, hi;
+  e4m3x4_to_f32(codes, &lo, &hi);
+  return bf16x2_pair_bits(__hmul2(__floats2bfloat162_rn(lo.x, lo.y), scale),
+                          __hmul2(__floats2bfloat162_rn(hi.x, hi.y), scale));
 }
 
 // A UE8M0 scale byte as two bf16 copies of 2^(byte - 127), without branches:

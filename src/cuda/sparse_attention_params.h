@@ -38,8 +38,8 @@ struct SparseAttentionParams {
   KvSourceParams source[2];
   int num_sources = 1;
   int kv_stages = 1;  // 1..kMaxKvStages raw KV tile buffers; the dynamic shared memory holds that many
-  bool prefetch_rows = false;  // sm90 kernel: ask L2 for rows a few tiles ahead (decode-sized grids)
   int k_buffers = 1;  // 1 or 2 expanded K tiles in shared memory (2: expansion overlaps P V)
+  bool prefetch_rows = false;  // sm90 kernel: ask L2 for rows a few tiles ahead (decode-sized grids)
   const float* sink = nullptr;  // [h_q] natural-log units, may be nullptr (= -inf)
   std::int64_t stride_sink = 1;
   float scale_log2 = 0.0f;  // softmax_scale * log2(e): scores live in the exp2 domain
