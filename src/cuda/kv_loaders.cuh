@@ -55,6 +55,17 @@ __device__ __forceinline__ uint2 e4m3x4_to_bf16x4(std::uint32_t codes, __nv_bflo
                           __hmul2(__floats2bfloat162_rn(hi.x, hi.y), scale));
 }
 
+// 16 e4m3 codes times a scale to 16 bf16 values (values 0-7 in `low`, 8-15 in `high`).
+template <class Scale>
+__device__ __forceinline__ void expand_unit_by(const uint4& codes, Scale scale, uint4* low, uint4* high) {
+  const uint2 a = e4m3x4_to_bf16x4(codes.x, scale);
+  const uint2 b = e4m3x4_to_bf16x4(codes.y, scale);
+  const uint2 c = e4m3x4_to_bf16x4(codes.z, scale);
+  const uint2 d = e4m3x4_to_bf16x4(codes.w, scale);
+  *low = make_uint4(a.x, a.y, b.x, b.y);
+  *high = make_uint4(c.x, c.y, d.x, d.y);
+}
+
 // A UE8M0 scale byte as two bf16 copies of 2^(byte - 127), without branches:
 // 0 is the bf16 subnormal 2^-127, 0xFF is NaN (as ue8m0_to_f32).
 __device__ __forceinline__ __nv_bfloat162 ue8m0_to_bf16x2(std::uint32_t byte) {

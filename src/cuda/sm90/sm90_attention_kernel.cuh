@@ -172,8 +172,8 @@ __device__ __forceinline__ void run_producer(const SparseAttentionParams& p, std
   constexpr int kKeysPerRound = 128 / Loader::kParts;
   constexpr int kRounds = kKeys / kKeysPerRound;
   int* valid_s = reinterpret_cast<int*>(smem + Layout::kValid);
-  const int part = thread % Loader::kParts;
-  const int key_in_round = thread / Loader::kParts;
+  const int part = Loader::part_of(thread);
+  const int key_in_round = Loader::key_of(thread);
   const int total_rounds = num_tiles * kRounds;
 
   // Rows are loaded kAhead passes before they are stored (a gather from device

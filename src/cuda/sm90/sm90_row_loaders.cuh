@@ -63,7 +63,8 @@ struct V4Units {
   }
   __device__ static int unit_offset(int unit) { return 16 * unit; }
   __device__ static Scales load_scales(const RowLocation& at) { return __ldg(reinterpret_cast<const uint2*>(at.scales)); }
-  // A power of two: applied as a bf16x2 multiply (e4m3x4_to_bf16x4's bf16 overload).
+  // A power of two: applied as a bf16x2 multiply (e4m3x4_to_bf16x4's bf16 overload;
+  // measured faster than the f32 multiply, which is as exact).
   __device__ static __nv_bfloat162 unit_scale(const Scales& scales, int unit, float /*fp8_scale*/) {
     const int tile = unit * 16 / Format::kTile;
     const std::uint32_t word = tile < 4 ? scales.x : scales.y;
@@ -153,6 +154,7 @@ struct Sm90RowLoader {
   static constexpr int kPassesAhead = Units::kPassesAhead;
   static constexpr int kUnits = Units::kFp8Units + Units::kBf16Units;
   static constexpr int kUnitsPerPart = kUnits / kParts;
+  static constexpr int kFp8UnitsPerPart = Units::kFp8Units / kParts;  // units j < this are FP8
   static_assert(kDim % 64 == 0, "K rows are whole 64-value (128-byte) swizzle rows");
 
   struct Share {
@@ -187,26 +189,45 @@ struct Sm90RowLoader {
     }
   }
 
+  // The key of a round (0 .. 128 / kParts - 1) and the part of it that producer thread
+  // `thread` (0..127) takes. A 16-byte shared store serves 8 threads at a time, and
+  // they must hit 8 distinct 16-byte columns of the 128-byte swizzle row. With 4 parts
+  // the 8 threads are two keys next to each other (rows differing in bit 0, which the
+  // swizzle XORs into the column): FP8 units land in even columns of one row, odd
+  // ones of the other. With 8 parts each group of 16 threads takes keys 2i and 2i + 1,
+  // four parts of each per 8 threads, the second key's parts offset by 4: the same
+  // pairing for FP8 units, and bf16 units (parts p -> column p) fill all 8 columns.
+  // (One key's 8 parts in 8 threads would put parts p and p + 4 on one column.)
+  __device__ static int part_of(int thread) {
+    if constexpr (kParts == 8) {
+      const int second_key = (thread / 4) % 2;
+      return thread % 4 + 4 * (((thread / 8) % 2) ^ second_key);
+    } else {
+      return thread % kParts;
+    }
+  }
+  __device__ static int key_of(int thread) {
+    if constexpr (kParts == 8) {
+      return 2 * (thread / 16) + (thread / 4) % 2;
+    } else {
+      return thread / kParts;
+    }
+  }
+  static_assert(kParts == 4 || kParts == 8);
+
   // Writes the share into row `key` of a K tile (kDim / 64 swizzled 64-row regions of 8 KB).
+  // Units j < kFp8UnitsPerPart are FP8 for every part: a compile-time split (testing
+  // unit < kFp8Units instead left a runtime branch per unit; V3.2 prefill +4%).
   __device__ static void store(std::uint8_t* tile, int key, int part, const Share& share, float fp8_scale) {
 #pragma unroll
     for (int j = 0; j < kUnitsPerPart; ++j) {
       const int unit = part + kParts * j;
-      if (unit < Units::kFp8Units) {
-        const auto scale = Units::unit_scale(share.scales, unit, fp8_scale);
-        const uint4 codes = share.units[j];
+      if (j < kFp8UnitsPerPart) {
         const int dim = 16 * unit;
-        const uint2 a = e4m3x4_to_bf16x4(codes.x, scale);
-        const uint2 b = e4m3x4_to_bf16x4(codes.y, scale);
-        const uint2 c = e4m3x4_to_bf16x4(codes.z, scale);
-        const uint2 d = e4m3x4_to_bf16x4(codes.w, scale);
-        const uint4 low = make_uint4(a.x, a.y, b.x, b.y);
-        const uint4 high = make_uint4(c.x, c.y, d.x, d.y);
-        // With 8 parts a key's phase spans two 64-value rows: parts 4..7 write their
-        // pair of columns in the other order, so the phase's 8 stores hit 8 distinct columns.
-        const bool high_first = (part / 4) % 2 == 1;
-        *reinterpret_cast<uint4*>(tile + element_offset(key, high_first ? dim + 8 : dim)) = high_first ? high : low;
-        *reinterpret_cast<uint4*>(tile + element_offset(key, high_first ? dim : dim + 8)) = high_first ? low : high;
+        uint4 low, high;
+        expand_unit_by(share.units[j], Units::unit_scale(share.scales, unit, fp8_scale), &low, &high);
+        *reinterpret_cast<uint4*>(tile + element_offset(key, dim)) = low;
+        *reinterpret_cast<uint4*>(tile + element_offset(key, dim + 8)) = high;
       } else {
         const int dim = 16 * Units::kFp8Units + 8 * (unit - Units::kFp8Units);
         *reinterpret_cast<uint4*>(tile + element_offset(key, dim)) = share.units[j];

@@ -1,14 +1,16 @@
 // The two e4m3 -> bf16 expansions of src/cuda/kv_loaders.cuh must agree bit for
 // bit: the f32 route (any scale) and the bf16x2 route the Hopper kernel uses for
-// UE8M0 scales. Every (code, scale byte) pair is checked on the device; the
-// expected values come from the host codec's decode (smla::e4m3_to_f32 and
-// ue8m0_to_f32 rounded to bf16), not from either device route.
+// UE8M0 scales. Every (code, scale byte) pair, and every code against a list of
+// f32 scales on the f32 route, is checked on the device; the expected values
+// come from the host codec's decode (smla::e4m3_to_f32 times the scale in f32,
+// rounded to bf16), not from either device route.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "smla/numeric.h"
@@ -65,6 +67,64 @@ TEST(CudaDequant, Ue8m0ScaledExpansionMatchesHostBitForBit) {
           ADD_FAILURE() << "code 0x" << std::hex << code << " scale byte 0x" << scale << " route "
                         << (route == 0 ? "f32" : "bf16x2") << ": got 0x" << got << ", want 0x" << want;
         }
+      }
+    }
+  }
+  EXPECT_EQ(mismatches, 0);
+}
+
+// out[s * 256 + code]: the bf16 bits of code x scales[s] through expand_unit_by's f32
+// route (V3.2's f32 scales, the plain-FP8 tensor scale), 0xDEAD where the 16 values of the unit disagree.
+__global__ void expand_every_code_by_f32(const float* scales, std::uint16_t* out) {
+  const std::uint32_t code = threadIdx.x;
+  const std::uint32_t word = code * 0x01010101u;
+  uint4 low, high;
+  expand_unit_by(make_uint4(word, word, word, word), scales[blockIdx.x], &low, &high);
+  const std::uint32_t lanes[8] = {low.x, low.y, low.z, low.w, high.x, high.y, high.z, high.w};
+  bool agree = true;
+  for (const std::uint32_t lane : lanes) agree = agree && lane == lanes[0] && (lane & 0xFFFFu) == (lane >> 16);
+  out[blockIdx.x * kCodes + code] = agree ? static_cast<std::uint16_t>(lanes[0]) : 0xDEADu;
+}
+
+// Every power of two of f32 (subnormals included), both signs, the value just below
+// each, and a few arbitrary, zero, huge and non-finite scales.
+std::vector<float> f32_scales_to_check() {
+  std::vector<float> scales;
+  for (int e = -149; e <= 127; ++e) {
+    scales.push_back(std::ldexp(1.0f, e));
+    scales.push_back(-std::ldexp(1.0f, e));
+    scales.push_back(std::nextafter(std::ldexp(1.0f, e), 0.0f));
+  }
+  for (const float v : {0.0f, -0.0f, 1.5f, 0.3f, 1.0f / 448.0f, 3.0e-39f, 1.0e38f, 3.4e38f}) scales.push_back(v);
+  scales.push_back(std::numeric_limits<float>::infinity());
+  scales.push_back(-std::numeric_limits<float>::infinity());
+  scales.push_back(std::numeric_limits<float>::quiet_NaN());
+  return scales;
+}
+
+TEST(CudaDequant, F32ScaledExpansionMatchesHostBitForBit) {
+  if (!cudatest::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
+  const std::vector<float> scales = f32_scales_to_check();
+  cudatest::DeviceBuffer scales_d(scales.size() * sizeof(float));
+  cudatest::DeviceBuffer out(scales.size() * kCodes * sizeof(std::uint16_t));
+  cudatest::check_cuda(cudaMemcpy(scales_d.data(), scales.data(), scales.size() * sizeof(float), cudaMemcpyHostToDevice),
+                       "copy scales");
+  expand_every_code_by_f32<<<static_cast<unsigned>(scales.size()), kCodes>>>(static_cast<const float*>(scales_d.data()),
+                                                                            static_cast<std::uint16_t*>(out.data()));
+  cudatest::check_cuda(cudaGetLastError(), "launch");
+  std::vector<std::uint16_t> bits(scales.size() * kCodes);
+  cudatest::check_cuda(cudaMemcpy(bits.data(), out.data(), bits.size() * sizeof(std::uint16_t), cudaMemcpyDeviceToHost),
+                       "copy back");
+  int mismatches = 0;
+  for (std::size_t s = 0; s < scales.size(); ++s) {
+    for (int code = 0; code < kCodes; ++code) {
+      const float value = e4m3_to_f32(static_cast<std::uint8_t>(code)) * scales[s];  // the host codec's product
+      const std::uint16_t want = std::isnan(value) ? 0x7FC0u : f32_to_bf16(value);
+      const std::uint16_t got = bits[s * kCodes + code];
+      const bool same = is_bf16_nan(want) ? is_bf16_nan(got) : got == want;
+      if (!same && ++mismatches <= 10) {
+        ADD_FAILURE() << "code 0x" << std::hex << code << " scale " << std::hexfloat << scales[s] << ": got 0x" << got
+                      << ", want 0x" << want;
       }
     }
   }
