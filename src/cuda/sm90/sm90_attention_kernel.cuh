@@ -47,7 +47,12 @@ static_assert(kScoreRegisters + kValueRegisters + kProducerRegisters <= 3 * kSta
 static_assert(kScoreRegisters >= kStartRegisters && kValueRegisters <= kStartRegisters &&
               kProducerRegisters <= kStartRegisters);
 
-enum NamedBarrier : int { kFull0 = 1, kEmpty0 = 3, kPFull = 5, kPEmpty = 6, kConsumers = 7 };
+enum NamedBarrier : int { kFull0 = 1, kEmpty0 = 3, kPFull = 5, kPEmpty = 6, kConsumers = 7, kProducers = 8 };
+
+// A CTA pair (h_q 65..128: the two head blocks of a token, one cluster) splits
+// each tile's expansion: CTA `rank` expands keys [32 rank, 32 rank + 32) and
+// bulk-copies them into the peer's buffer, so each producer does half the work.
+inline constexpr int kPairKeys = kKeys / 2;
 
 template <int kDim>
 struct Sm90Layout {
@@ -60,7 +65,13 @@ struct Sm90Layout {
   static constexpr int kRowMax = kAlpha + kRows * 4;
   static constexpr int kRowSum = kRowMax + kRows * 4;
   static constexpr int kValid = kRowSum + kRows * 4;  // [2][kKeys]
-  static constexpr int kBytes = kValid + 2 * kKeys * 4;
+  // CTA pairs: per K buffer, "the peer's half has landed here" and "the peer's
+  // consumers are done with its copy of the buffer" (mbarriers, 8 bytes each).
+  static constexpr int kPeerFull = kValid + 2 * kKeys * 4;
+  static constexpr int kPeerEmpty = kPeerFull + 2 * 8;
+  static constexpr int kBytes = kPeerEmpty + 2 * 8;
+  static constexpr int kPairChunkBytes = kPairKeys * kSwizzleRowBytes;  // half of a 64-row region
+  static constexpr int kPairBytes = kDim / 64 * kPairChunkBytes + kPairKeys * 4;  // K rows and valid flags
   static constexpr int kDynamicBytes = kBytes + kSwizzleAtomBytes;  // slack to align the base to 1024 B
 };
 
@@ -165,12 +176,41 @@ __device__ __forceinline__ void write_output_half(const SparseAttentionParams& p
   }
 }
 
-template <class Loader>
+// CTA pairs: after the producers' stores of a tile, thread 0 sends this CTA's
+// half of buffer `buffer` (K rows and valid flags) into the peer's copy, once
+// the peer's consumers are done with it, and makes its own barrier expect the
+// peer's half.
+template <int kDim>
+__device__ __forceinline__ void send_half_to_peer(std::uint8_t* smem, int tile, int buffer, std::uint32_t rank,
+                                                  int thread) {
+  using Layout = Sm90Layout<kDim>;
+  named_barrier_sync(kProducers, 128);  // every producer thread's rows are in (and fenced)
+  if (thread != 0) return;
+  const std::uint32_t peer = rank ^ 1u;
+  const std::uint32_t full = smem_address(smem + Layout::kPeerFull + 8 * buffer);
+  const std::uint32_t peer_full = peer_address(full, peer);
+  if (tile >= 2) mbarrier_wait(smem_address(smem + Layout::kPeerEmpty + 8 * buffer), ((tile - 2) / 2) & 1);
+  mbarrier_arrive_expect_bytes(full, Layout::kPairBytes);
+  const std::uint32_t k_half =
+      smem_address(smem + Layout::kK + buffer * Layout::kTileBytes) + rank * Layout::kPairChunkBytes;
+#pragma unroll
+  for (int region = 0; region < kDim / 64; ++region) {
+    const std::uint32_t at = k_half + region * Layout::kChunkBytes;
+    bulk_copy_to_peer(peer_address(at, peer), at, Layout::kPairChunkBytes, peer_full);
+  }
+  const std::uint32_t valid_half = smem_address(smem + Layout::kValid) + (buffer * kKeys + rank * kPairKeys) * 4;
+  bulk_copy_to_peer(peer_address(valid_half, peer), valid_half, kPairKeys * 4, peer_full);
+  bulk_commit();
+}
+
+template <class Loader, bool kPair>
 __device__ __forceinline__ void run_producer(const SparseAttentionParams& p, std::uint8_t* smem, int token, int begin,
-                                             int end, int n_main, int num_tiles, int thread) {
+                                             int end, int n_main, int num_tiles, int thread, std::uint32_t rank) {
   using Layout = Sm90Layout<Loader::kDim>;
   constexpr int kKeysPerRound = 128 / Loader::kParts;
-  constexpr int kRounds = kKeys / kKeysPerRound;
+  constexpr int kRounds = (kPair ? kPairKeys : kKeys) / kKeysPerRound;  // this CTA's rounds per tile
+  static_assert(kRounds >= 1 && kRounds * kKeysPerRound == (kPair ? kPairKeys : kKeys));
+  const int first_row = kPair ? static_cast<int>(rank) * kPairKeys : 0;  // of the rows this CTA expands
   int* valid_s = reinterpret_cast<int*>(smem + Layout::kValid);
   const int part = Loader::part_of(thread);
   const int key_in_round = Loader::key_of(thread);
@@ -187,7 +227,7 @@ __device__ __forceinline__ void run_producer(const SparseAttentionParams& p, std
   constexpr int kRing = kAhead + 1;
   constexpr int kUnroll = kAhead > 1 ? kRing : 1;
   auto request_round = [&](int round) {
-    const int position = begin + round / kRounds * kKeys + (round % kRounds) * kKeysPerRound + key_in_round;
+    const int position = begin + round / kRounds * kKeys + first_row + (round % kRounds) * kKeysPerRound + key_in_round;
     return request_key(p, token, position, end, n_main);  // past `end`: nothing is read
   };
   auto load_share = [&](const KeySlot& key, typename Loader::Share& share) {
@@ -207,13 +247,21 @@ __device__ __forceinline__ void run_producer(const SparseAttentionParams& p, std
     load_share(keys[incoming], shares[incoming]);
     const int tile = round / kRounds;
     const int buffer = tile & 1;
-    if (round % kRounds == 0 && tile >= 2) named_barrier_sync(kEmpty0 + buffer, kThreads);
-    const int key = (round % kRounds) * kKeysPerRound + key_in_round;
+    if (round % kRounds == 0 && tile >= 2) {
+      if (kPair && thread == 0) bulk_wait_sources_read();  // the last sends from this buffer
+      named_barrier_sync(kEmpty0 + buffer, kThreads);
+      // This CTA's consumers are done with the buffer: the peer may send its half in.
+      if (kPair && thread == 0) {
+        mbarrier_arrive_peer(peer_address(smem_address(smem + Layout::kPeerEmpty + 8 * buffer), rank ^ 1u));
+      }
+    }
+    const int key = first_row + (round % kRounds) * kKeysPerRound + key_in_round;
     const float fp8_scale = key_source(p, keys[current].source).fp8_scale;
     Loader::store(smem + Layout::kK + buffer * Layout::kTileBytes, key, part, shares[current], fp8_scale);
     if (part == 0) valid_s[buffer * kKeys + key] = keys[current].valid ? 1 : 0;
     if (round % kRounds == kRounds - 1) {
-      fence_view_async_shared();
+      fence_view_async_shared();  // for wgmma and the bulk copy (async proxy)
+      if constexpr (kPair) send_half_to_peer<Loader::kDim>(smem, tile, buffer, rank, thread);
       named_barrier_arrive(kFull0 + buffer, kThreads);
     }
   };
@@ -238,9 +286,17 @@ __device__ __forceinline__ void run_producer(const SparseAttentionParams& p, std
       }
     }
   }
+  if (kPair && thread == 0) bulk_wait_sources_read();  // before the CTA may exit
 }
 
-template <class Loader>
+// Consumers of a CTA pair also wait for the peer's half of the tile.
+template <int kDim, bool kPair>
+__device__ __forceinline__ void wait_full(std::uint8_t* smem, int tile, int buffer) {
+  named_barrier_sync(kFull0 + buffer, kThreads);
+  if constexpr (kPair) mbarrier_wait(smem_address(smem + Sm90Layout<kDim>::kPeerFull + 8 * buffer), (tile / 2) & 1);
+}
+
+template <class Loader, bool kPair>
 __device__ __forceinline__ void run_score_warpgroup(const SparseAttentionParams& p, std::uint8_t* smem, int token,
                                                     int head0, int split, int num_tiles, int thread) {
   using Layout = Sm90Layout<Loader::kDim>;
@@ -263,7 +319,7 @@ __device__ __forceinline__ void run_score_warpgroup(const SparseAttentionParams&
     const std::uint32_t k_address = smem_address(smem + Layout::kK + buffer * Layout::kTileBytes);
     const std::uint64_t k_desc = make_sw128_desc(k_address, 16, kSwizzleAtomBytes);         // K-major (Q K^T)
     const std::uint64_t v_desc = make_sw128_desc(k_address, Layout::kChunkBytes, kSwizzleAtomBytes);  // N-major (P V)
-    named_barrier_sync(kFull0 + buffer, kThreads);
+    wait_full<Loader::kDim, kPair>(smem, tile, buffer);
 
     float s[32];
     wgmma_fence();
@@ -380,10 +436,10 @@ __device__ __forceinline__ void run_score_warpgroup(const SparseAttentionParams&
   write_output_half(p, o, token, head0, split, 0, max_s, sum_s, warp, lane);
 }
 
-template <class Loader>
+template <class Loader, bool kPair>
 __device__ __forceinline__ void run_value_warpgroup(const SparseAttentionParams& p, std::uint8_t* smem, int token,
                                                     int head0, int split, int begin, int end, int n_main, int num_tiles,
-                                                    int thread) {
+                                                    int thread, std::uint32_t rank) {
   using Layout = Sm90Layout<Loader::kDim>;
   const int warp = thread / 32;
   const int lane = thread % 32;
@@ -394,15 +450,17 @@ __device__ __forceinline__ void run_value_warpgroup(const SparseAttentionParams&
   // This warpgroup mostly waits for the producer; meanwhile it asks L2 for the
   // rows of the tile kPrefetchTiles ahead (two threads a key: row, scales), so
   // the producer's loads find them there. Tiles 1..kPrefetchTiles - 1 go first.
+  // A CTA of a pair fetches only the rows it expands (threads 0..63).
+  const int first_row = kPair ? static_cast<int>(rank) * kPairKeys : 0;
   auto request_prefetch = [&](int tile) {
-    return request_key(p, token, begin + tile * kKeys + thread / 2, end, n_main);  // past `end`: nothing is read
+    return request_key(p, token, begin + tile * kKeys + first_row + thread / 2, end, n_main);  // past `end`: nothing is read
   };
   auto prefetch = [&](const PendingKey& pending) {
     const KeySlot key = resolve_key(p, pending);
     if (key.valid) Loader::prefetch_l2(key_source(p, key.source), key.slot, thread % 2);
   };
   // Only where the plan asks (p.prefetch_rows: rows that L2 already holds gain nothing).
-  const bool prefetching = p.prefetch_rows;
+  const bool prefetching = p.prefetch_rows && (!kPair || thread < 2 * kPairKeys);
   if (prefetching) {
     PendingKey first[kPrefetchTiles - 1];
 #pragma unroll
@@ -420,7 +478,7 @@ __device__ __forceinline__ void run_value_warpgroup(const SparseAttentionParams&
     const std::uint64_t v_desc =
         make_sw128_desc(smem_address(smem + Layout::kK + buffer * Layout::kTileBytes) + (kHalfColumns / 64) * Layout::kChunkBytes,
                         Layout::kChunkBytes, kSwizzleAtomBytes);
-    named_barrier_sync(kFull0 + buffer, kThreads);
+    wait_full<Loader::kDim, kPair>(smem, tile, buffer);
     named_barrier_sync(kPFull, 256);
     rescale_rows(o, alpha_s[row0], alpha_s[row0 + 8]);
     wgmma_fence();
@@ -446,8 +504,10 @@ __device__ __forceinline__ void run_value_warpgroup(const SparseAttentionParams&
 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
-template <class Loader, bool kTokenMajor>
+// kPair: launched as clusters of the two head blocks of a token (grid y = 2).
+template <class Loader, bool kTokenMajor, bool kPair>
 __global__ void __launch_bounds__(kThreads, 1) sm90_attention_kernel(const __grid_constant__ SparseAttentionParams p) {
+  static_assert(!(kPair && kTokenMajor), "a pair's CTAs start together anyway");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Layout = Sm90Layout<Loader::kDim>;
   extern __shared__ __align__(16) std::uint8_t smem_raw[];
@@ -463,6 +523,18 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_attention_kernel(const __gri
   const int head0 = (kTokenMajor ? dispatch % head_blocks : static_cast<int>(blockIdx.y)) * kRows;
   const int split = static_cast<int>(blockIdx.z);
   const int tid = static_cast<int>(threadIdx.x);
+  std::uint32_t rank = 0;
+  if constexpr (kPair) {
+    rank = cluster_rank();
+    if (tid == 0) {
+      for (int b = 0; b < 2; ++b) {
+        mbarrier_init(smem_address(smem + Layout::kPeerFull + 8 * b), 1);   // this CTA's expect-bytes arrival
+        mbarrier_init(smem_address(smem + Layout::kPeerEmpty + 8 * b), 1);  // the peer producer's arrival
+      }
+      fence_mbarrier_init_cluster();
+    }
+    cluster_sync();  // both CTAs' barriers exist before either uses the other's
+  }
 
   // This split's share of the token's valid keys, from the length values on the device.
   const int n_main = clamped_length(p.source[0], token);
@@ -471,7 +543,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_attention_kernel(const __gri
   const int per_split = ((n_keys + p.num_splits - 1) / p.num_splits + kKeys - 1) / kKeys * kKeys;
   const int begin = split * per_split;
   const int end = min(n_keys, begin + per_split);
-  if (begin >= end) {
+  if (begin >= end) {  // the same for both CTAs of a pair: neither touches the other
     write_empty_split(p, token, head0, split);
     return;
   }
@@ -480,20 +552,21 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_attention_kernel(const __gri
   const int warpgroup = tid / 128;
   if (warpgroup == 2) {
     lower_registers<kProducerRegisters>();
-    run_producer<Loader>(p, smem, token, begin, end, n_main, num_tiles, tid - 256);
+    run_producer<Loader, kPair>(p, smem, token, begin, end, n_main, num_tiles, tid - 256, rank);
   } else if (warpgroup == 0) {
     raise_registers<kScoreRegisters>();
     load_query<Loader::kDim>(p, token, head0, smem + Layout::kQ, tid);
     fence_view_async_shared();
     named_barrier_sync(kConsumers, 256);
-    run_score_warpgroup<Loader>(p, smem, token, head0, split, num_tiles, tid);
+    run_score_warpgroup<Loader, kPair>(p, smem, token, head0, split, num_tiles, tid);
   } else {
     lower_registers<kValueRegisters>();  // below the 168 every thread starts with
     load_query<Loader::kDim>(p, token, head0, smem + Layout::kQ, tid);
     fence_view_async_shared();
     named_barrier_sync(kConsumers, 256);
-    run_value_warpgroup<Loader>(p, smem, token, head0, split, begin, end, n_main, num_tiles, tid - 128);
+    run_value_warpgroup<Loader, kPair>(p, smem, token, head0, split, begin, end, n_main, num_tiles, tid - 128, rank);
   }
+  if constexpr (kPair) cluster_sync();  // no CTA leaves while its peer may still reach into it
 #else
   (void)p;  // never launched: the host uses this kernel only on sm_90 devices of an sm_90a build
 #endif

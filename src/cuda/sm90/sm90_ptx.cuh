@@ -47,6 +47,61 @@ __device__ __forceinline__ void wgmma_wait() {
 __device__ __forceinline__ void fence_view_async_shared() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
+// A CTA pair (a cluster of two) shares expanded K tiles: mbarriers that the peer
+// arrives on, bulk copies from this CTA's shared memory into the peer's.
+__device__ __forceinline__ std::uint32_t cluster_rank() {
+  std::uint32_t rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+  return rank;
+}
+// All threads of both CTAs: what either wrote before is visible to both after.
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
+// The address of the same shared-memory byte in CTA `rank` of the cluster.
+__device__ __forceinline__ std::uint32_t peer_address(std::uint32_t local, std::uint32_t rank) {
+  std::uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(local), "r"(rank));
+  return remote;
+}
+__device__ __forceinline__ void mbarrier_init(std::uint32_t barrier, std::uint32_t arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(barrier), "r"(arrivals) : "memory");
+}
+__device__ __forceinline__ void fence_mbarrier_init_cluster() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+// One arrival on this CTA's barrier, which also expects `bytes` of bulk copies.
+__device__ __forceinline__ void mbarrier_arrive_expect_bytes(std::uint32_t barrier, std::uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(barrier), "r"(bytes) : "memory");
+}
+// One arrival on a barrier of the peer CTA (a shared::cluster address), releasing this thread's view.
+__device__ __forceinline__ void mbarrier_arrive_peer(std::uint32_t peer_barrier) {
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(peer_barrier) : "memory");
+}
+// Waits until the barrier's phase of this parity has completed (cluster-scope acquire).
+__device__ __forceinline__ void mbarrier_wait(std::uint32_t barrier, std::uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nwait_%=:\n"
+      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra wait_%=;\n}\n" ::"r"(barrier),
+      "r"(parity)
+      : "memory");
+}
+// `bytes` (a multiple of 16) from this CTA's shared memory to the peer's, completing
+// on the peer's barrier; in this thread's bulk group.
+__device__ __forceinline__ void bulk_copy_to_peer(std::uint32_t peer_destination, std::uint32_t source, std::uint32_t bytes,
+                                                  std::uint32_t peer_barrier) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+          peer_destination),
+      "r"(source), "r"(bytes), "r"(peer_barrier)
+      : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// This thread's bulk copies have read their sources (the shared memory may be written again).
+__device__ __forceinline__ void bulk_wait_sources_read() {
+  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
 template <int kRegisters>
 __device__ __forceinline__ void raise_registers() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegisters));

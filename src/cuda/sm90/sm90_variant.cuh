@@ -17,10 +17,39 @@ inline bool sm90_token_major_order() {
   return order == nullptr || std::string_view(order) != "grid";
 }
 
+// Whether the two head blocks of an h_q 65..128 token run as a CTA pair that
+// shares the expansion: where the format's Units ask for it (kPairHeadBlocks),
+// unless SMLA_SM90_PAIR=off (never) or =all (every format), for A/B comparisons.
+template <class Units>
+bool sm90_pair_head_blocks() {
+  const char* pair = std::getenv("SMLA_SM90_PAIR");
+  if (pair != nullptr && std::string_view(pair) == "off") return false;
+  if (pair != nullptr && std::string_view(pair) == "all") return true;
+  return Units::kPairHeadBlocks;
+}
+
 template <class Loader>
 cudaError_t launch_sm90_attention(const SparseAttentionParams& params, dim3 grid, int smem_bytes, cudaStream_t stream) {
+  if (grid.y == 2 && sm90_pair_head_blocks<typename Loader::UnitsType>()) {
+    auto* kernel = sm90_attention_kernel<Loader, false, true>;
+    const cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+    if (status != cudaSuccess) return status;
+    cudaLaunchAttribute cluster{};
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = 1;
+    cluster.val.clusterDim.y = 2;  // the token's two head blocks
+    cluster.val.clusterDim.z = 1;
+    cudaLaunchConfig_t config{};
+    config.gridDim = grid;
+    config.blockDim = dim3(kThreads);
+    config.dynamicSmemBytes = static_cast<std::size_t>(smem_bytes);
+    config.stream = stream;
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+    return cudaLaunchKernelEx(&config, kernel, params);
+  }
   const bool token_major = sm90_token_major_order();
-  auto* kernel = token_major ? sm90_attention_kernel<Loader, true> : sm90_attention_kernel<Loader, false>;
+  auto* kernel = token_major ? sm90_attention_kernel<Loader, true, false> : sm90_attention_kernel<Loader, false, false>;
   const cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
   if (status != cudaSuccess) return status;
   kernel<<<grid, kThreads, smem_bytes, stream>>>(params);
@@ -29,7 +58,7 @@ cudaError_t launch_sm90_attention(const SparseAttentionParams& params, dim3 grid
 
 template <class Loader>
 cudaError_t sm90_attention_blocks_per_sm(int smem_bytes, int* blocks) {
-  auto* kernel = sm90_attention_kernel<Loader, true>;
+  auto* kernel = sm90_attention_kernel<Loader, true, false>;
   const cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
   if (status != cudaSuccess) return status;
   return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, kernel, kThreads, smem_bytes);

@@ -1,9 +1,10 @@
 // The Hopper (sm_90a, wgmma) attention kernel against the float64 reference:
 // long key lists (many 64-key tiles, so both K buffers and every barrier are
 // reused), tile-boundary lengths, splits, padded head rows, every row format,
-// both prefill sources. Each case runs twice, once on the sm90 kernel and once
-// with SMLA_CUDA_ATTENTION=portable, so both stay checked on an H100. On other
-// devices both runs use the portable kernel (the skip message says so).
+// both prefill sources. Each case runs on the sm90 kernel (default, h_q 128 as
+// CTA pairs for every format, and for none) and with SMLA_CUDA_ATTENTION=portable,
+// so all stay checked on an H100. On other devices only the portable kernel runs
+// (the skip message says so).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -19,9 +20,19 @@ namespace {
 using cudatest::expect_decode_matches;
 using cudatest::expect_prefill_matches;
 
-// Runs `check` on the default kernel choice, then on the portable kernel.
+// Runs `check` on the default kernel choice, on the sm90 kernel with every h_q 128
+// token as a CTA pair and with none (each format has its default), then on the
+// portable kernel.
 void on_both_kernels(const std::function<void(const std::string&)>& check) {
-  check(cuda::sm90_attention_usable() ? "sm90 kernel" : "portable kernel (no sm90 device)");
+  const bool sm90 = cuda::sm90_attention_usable();
+  check(sm90 ? "sm90 kernel" : "portable kernel (no sm90 device)");
+  if (sm90) {
+    ::setenv("SMLA_SM90_PAIR", "all", 1);
+    check("sm90 kernel, CTA pairs for h_q 128");
+    ::setenv("SMLA_SM90_PAIR", "off", 1);
+    check("sm90 kernel, no CTA pairs");
+    ::unsetenv("SMLA_SM90_PAIR");
+  }
   ::setenv("SMLA_CUDA_ATTENTION", "portable", 1);
   check("portable kernel");
   ::unsetenv("SMLA_CUDA_ATTENTION");
@@ -77,17 +88,20 @@ TEST(CudaSm90Attention, LengthsInvalidIndicesOddPagesPaddedRows) {
   });
 }
 
-// Lengths on and around the 64-key tile edges: 0, 1, 63, 64, 65, 127, 128, 129 keys in total.
+// Lengths on and around the 64-key tile edges and the 32-key halves of a CTA pair.
 TEST(CudaSm90Attention, TileEdgeLengths) {
   SKIP_WITHOUT_DEVICE_NOTE_KERNEL();
   on_both_kernels([](const std::string& kernel) {
-    for (std::int64_t keys : {1, 63, 64, 65, 127, 128, 129}) {
-      testkit::DecodeCaseOptions o = long_v4_case();
-      o.main_topk = keys;
-      o.extra_topk = 0;
-      o.main_context = 300;
-      o.seed = static_cast<std::uint64_t>(keys);
-      expect_decode_matches(o, kernel + " keys " + std::to_string(keys));
+    for (std::int64_t heads : {64, 128}) {  // 128: CTA pairs, each expanding half of a tile
+      for (std::int64_t keys : {1, 31, 32, 33, 63, 64, 65, 127, 128, 129}) {
+        testkit::DecodeCaseOptions o = long_v4_case();
+        o.num_heads = heads;
+        o.main_topk = keys;
+        o.extra_topk = 0;
+        o.main_context = 300;
+        o.seed = static_cast<std::uint64_t>(keys);
+        expect_decode_matches(o, kernel + " heads " + std::to_string(heads) + " keys " + std::to_string(keys));
+      }
     }
   });
 }
@@ -123,6 +137,7 @@ TEST(CudaSm90Attention, EveryRowFormat) {
     for (KvFormat format : {KvFormat::kBf16Rows, KvFormat::kFp8Rows}) {
       testkit::DecodeCaseOptions o = long_v4_case();
       o.format = format;
+      o.num_heads = 128;  // two head blocks: the CTA pair path where it applies
       o.random_lengths = true;
       o.strided = true;
       expect_decode_matches(o, kernel + " " + std::string(kv_format_name(format)));
