@@ -66,7 +66,7 @@ struct Sm90Layout {
   static constexpr int kRowSum = kRowMax + kRows * 4;
   static constexpr int kValid = kRowSum + kRows * 4;  // [2][kKeys]
   // CTA pairs: per K buffer, "the peer's half has landed here" and "the peer's
-  // consumers are done with its copy of the buffer" (mbarriers, 8 bytes each).
+  // consumers are done with their copy of the buffer" (mbarriers, 8 bytes each).
   static constexpr int kPeerFull = kValid + 2 * kKeys * 4;
   static constexpr int kPeerEmpty = kPeerFull + 2 * 8;
   static constexpr int kBytes = kPeerEmpty + 2 * 8;
@@ -250,10 +250,6 @@ __device__ __forceinline__ void run_producer(const SparseAttentionParams& p, std
     if (round % kRounds == 0 && tile >= 2) {
       if (kPair && thread == 0) bulk_wait_sources_read();  // the last sends from this buffer
       named_barrier_sync(kEmpty0 + buffer, kThreads);
-      // This CTA's consumers are done with the buffer: the peer may send its half in.
-      if (kPair && thread == 0) {
-        mbarrier_arrive_peer(peer_address(smem_address(smem + Layout::kPeerEmpty + 8 * buffer), rank ^ 1u));
-      }
     }
     const int key = first_row + (round % kRounds) * kKeysPerRound + key_in_round;
     const float fp8_scale = key_source(p, keys[current].source).fp8_scale;
@@ -289,6 +285,20 @@ __device__ __forceinline__ void run_producer(const SparseAttentionParams& p, std
   if (kPair && thread == 0) bulk_wait_sources_read();  // before the CTA may exit
 }
 
+// A CTA pair's consumers also tell the peer's producer, one arrival per warp once
+// its P V is done (the wgmma wait covers the warp's reads), that it may send the
+// next half into this buffer: no producer thread, with its loads in flight, has
+// to order this arrival.
+template <int kDim, bool kPair>
+__device__ __forceinline__ void release_buffer(std::uint8_t* smem, int tile, int num_tiles, int buffer, int lane,
+                                               std::uint32_t rank) {
+  if (tile + 2 >= num_tiles) return;  // the last two tiles: the producers stop sending
+  named_barrier_arrive(kEmpty0 + buffer, kThreads);
+  if (kPair && lane == 0) {
+    mbarrier_arrive_peer(peer_address(smem_address(smem + Sm90Layout<kDim>::kPeerEmpty + 8 * buffer), rank ^ 1u));
+  }
+}
+
 // Consumers of a CTA pair also wait for the peer's half of the tile.
 template <int kDim, bool kPair>
 __device__ __forceinline__ void wait_full(std::uint8_t* smem, int tile, int buffer) {
@@ -298,7 +308,8 @@ __device__ __forceinline__ void wait_full(std::uint8_t* smem, int tile, int buff
 
 template <class Loader, bool kPair>
 __device__ __forceinline__ void run_score_warpgroup(const SparseAttentionParams& p, std::uint8_t* smem, int token,
-                                                    int head0, int split, int num_tiles, int thread) {
+                                                    int head0, int split, int num_tiles, int thread,
+                                                    std::uint32_t rank) {
   using Layout = Sm90Layout<Loader::kDim>;
   const int warp = thread / 32;
   const int lane = thread % 32;
@@ -400,7 +411,7 @@ __device__ __forceinline__ void run_score_warpgroup(const SparseAttentionParams&
     wgmma_commit();
     wgmma_wait<0>();
     pin_registers(o);
-    if (tile + 2 < num_tiles) named_barrier_arrive(kEmpty0 + buffer, kThreads);
+    release_buffer<Loader::kDim, kPair>(smem, tile, num_tiles, buffer, lane, rank);
   }
 
   // Row statistics: the quad's partial sums meet; lane 0 of the quad publishes.
@@ -495,7 +506,7 @@ __device__ __forceinline__ void run_value_warpgroup(const SparseAttentionParams&
     wgmma_wait<0>();
     pin_registers(o);
     if (tile + 1 < num_tiles) named_barrier_arrive(kPEmpty, 256);
-    if (tile + 2 < num_tiles) named_barrier_arrive(kEmpty0 + buffer, kThreads);
+    release_buffer<Loader::kDim, kPair>(smem, tile, num_tiles, buffer, lane, rank);
   }
   named_barrier_sync(kConsumers, 256);
   write_output_half(p, o, token, head0, split, kHalfColumns, reinterpret_cast<const float*>(smem + Layout::kRowMax),
@@ -529,7 +540,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_attention_kernel(const __gri
     if (tid == 0) {
       for (int b = 0; b < 2; ++b) {
         mbarrier_init(smem_address(smem + Layout::kPeerFull + 8 * b), 1);   // this CTA's expect-bytes arrival
-        mbarrier_init(smem_address(smem + Layout::kPeerEmpty + 8 * b), 1);  // the peer producer's arrival
+        mbarrier_init(smem_address(smem + Layout::kPeerEmpty + 8 * b), 8);  // the peer's 8 consumer warps
       }
       fence_mbarrier_init_cluster();
     }
@@ -558,7 +569,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_attention_kernel(const __gri
     load_query<Loader::kDim>(p, token, head0, smem + Layout::kQ, tid);
     fence_view_async_shared();
     named_barrier_sync(kConsumers, 256);
-    run_score_warpgroup<Loader, kPair>(p, smem, token, head0, split, num_tiles, tid);
+    run_score_warpgroup<Loader, kPair>(p, smem, token, head0, split, num_tiles, tid, rank);
   } else {
     lower_registers<kValueRegisters>();  // below the 168 every thread starts with
     load_query<Loader::kDim>(p, token, head0, smem + Layout::kQ, tid);

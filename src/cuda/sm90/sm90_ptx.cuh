@@ -74,15 +74,18 @@ __device__ __forceinline__ void fence_mbarrier_init_cluster() {
 __device__ __forceinline__ void mbarrier_arrive_expect_bytes(std::uint32_t barrier, std::uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(barrier), "r"(bytes) : "memory");
 }
-// One arrival on a barrier of the peer CTA (a shared::cluster address), releasing this thread's view.
+// One arrival on a barrier of the peer CTA (a shared::cluster address). Default
+// (CTA-scope release) semantics: a cluster-scope release costs a MEMBAR.GPU that
+// waits for the thread's loads in flight.
 __device__ __forceinline__ void mbarrier_arrive_peer(std::uint32_t peer_barrier) {
-  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(peer_barrier) : "memory");
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(peer_barrier) : "memory");
 }
-// Waits until the barrier's phase of this parity has completed (cluster-scope acquire).
+// Waits until the barrier's phase of this parity has completed. Default (CTA-scope
+// acquire) semantics: a cluster-scope acquire invalidates L1 on every poll.
 __device__ __forceinline__ void mbarrier_wait(std::uint32_t barrier, std::uint32_t parity) {
   asm volatile(
       "{\n.reg .pred done;\nwait_%=:\n"
-      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
       "@!done bra wait_%=;\n}\n" ::"r"(barrier),
       "r"(parity)
       : "memory");

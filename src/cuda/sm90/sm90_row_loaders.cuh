@@ -53,10 +53,6 @@ struct V4Units {
   // with three passes ahead by 1.5x (docs/PERF.md).
   static constexpr int kParts = 4;
   static constexpr int kPassesAhead = 1;  // 9 units a thread
-  // h_q 128 as a CTA pair (each CTA expands half of every tile): 313 vs 347 TFLOPS
-  // prefill, decode no better (docs/PERF.md): with a half tile per round and one
-  // pass ahead, the row loads are no longer hidden.
-  static constexpr bool kPairHeadBlocks = false;
   static constexpr int kRowBytes = Format::kDataBytes;  // from RowLocation::row
   static constexpr bool kScaleFooter = true;            // scales elsewhere in the page
   static_assert(Format::rope_offset(0, 1) == Format::kNopeDim && Format::kScaleBytes == sizeof(Scales));
@@ -85,7 +81,6 @@ struct V32Units {
   static constexpr int kBf16Units = Format::kRopeDim * 2 / 16;
   static constexpr int kParts = 8;
   static constexpr int kPassesAhead = 2;  // 2 x 5 units and the 16-byte scales in flight per thread
-  static constexpr bool kPairHeadBlocks = true;  // h_q 128 prefill +4-15%, decode +12% (docs/PERF.md)
   static constexpr int kRowBytes = Format::kBytesPerToken;  // scales inside the row
   static constexpr bool kScaleFooter = false;
   static_assert(Format::kScaleBytes == sizeof(Scales) && Format::scale_offset(0, 1) % 16 == 0);
@@ -117,7 +112,6 @@ struct Fp8RowUnits {
   static constexpr int kBf16Units = 0;
   static constexpr int kParts = 8;
   static constexpr int kPassesAhead = 3;  // 3 x 4 units in flight per thread
-  static constexpr bool kPairHeadBlocks = true;
   static constexpr int kRowBytes = Format::kBytesPerToken;
   static constexpr bool kScaleFooter = false;
   __device__ static RowLocation locate(const KvSourceParams& src, std::uint32_t slot) {
@@ -139,7 +133,6 @@ struct Bf16RowUnits {
   static constexpr int kBf16Units = kDim * 2 / 16;
   static constexpr int kParts = 8;
   static constexpr int kPassesAhead = 1;  // 8 or 9 units a pass: one pass ahead fits the registers
-  static constexpr bool kPairHeadBlocks = true;
   static constexpr int kRowBytes = kDim * 2;
   static constexpr bool kScaleFooter = false;
   __device__ static RowLocation locate(const KvSourceParams& src, std::uint32_t slot) {
@@ -156,7 +149,6 @@ struct Bf16RowUnits {
 // registers between the load (issued a round early) and the store.
 template <class Units>
 struct Sm90RowLoader {
-  using UnitsType = Units;
   static constexpr int kDim = Units::kDim;
   static constexpr int kParts = Units::kParts;
   static constexpr int kPassesAhead = Units::kPassesAhead;

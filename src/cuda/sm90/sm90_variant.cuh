@@ -17,20 +17,16 @@ inline bool sm90_token_major_order() {
   return order == nullptr || std::string_view(order) != "grid";
 }
 
-// Whether the two head blocks of an h_q 65..128 token run as a CTA pair that
-// shares the expansion: where the format's Units ask for it (kPairHeadBlocks),
-// unless SMLA_SM90_PAIR=off (never) or =all (every format), for A/B comparisons.
-template <class Units>
-bool sm90_pair_head_blocks() {
+// The two head blocks of an h_q 65..128 token run as a CTA pair that shares the
+// expansion, unless SMLA_SM90_PAIR=off (A/B comparisons).
+inline bool sm90_pair_head_blocks() {
   const char* pair = std::getenv("SMLA_SM90_PAIR");
-  if (pair != nullptr && std::string_view(pair) == "off") return false;
-  if (pair != nullptr && std::string_view(pair) == "all") return true;
-  return Units::kPairHeadBlocks;
+  return pair == nullptr || std::string_view(pair) != "off";
 }
 
 template <class Loader>
 cudaError_t launch_sm90_attention(const SparseAttentionParams& params, dim3 grid, int smem_bytes, cudaStream_t stream) {
-  if (grid.y == 2 && sm90_pair_head_blocks<typename Loader::UnitsType>()) {
+  if (grid.y == 2 && sm90_pair_head_blocks()) {
     auto* kernel = sm90_attention_kernel<Loader, false, true>;
     const cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
     if (status != cudaSuccess) return status;
