@@ -79,8 +79,10 @@ struct V32Units {
   static constexpr int kDim = Format::kHeadDim;
   static constexpr int kFp8Units = Format::kNopeDim / 16;
   static constexpr int kBf16Units = Format::kRopeDim * 2 / 16;
-  static constexpr int kParts = 8;
-  static constexpr int kPassesAhead = 2;  // 2 x 5 units and the 16-byte scales in flight per thread
+  // 4 threads a key with one pass ahead (10 units a thread) beat 8 with two passes
+  // ahead by 11% in prefill once CTA pairs halved each producer's keys (docs/PERF.md).
+  static constexpr int kParts = 4;
+  static constexpr int kPassesAhead = 1;
   static constexpr int kRowBytes = Format::kBytesPerToken;  // scales inside the row
   static constexpr bool kScaleFooter = false;
   static_assert(Format::kScaleBytes == sizeof(Scales) && Format::scale_offset(0, 1) % 16 == 0);
