@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One-shot GPU check for the CUDA backend, meant for a machine with an NVIDIA GPU:
 # build (sm_90a by default), run the GPU tests, run compute-sanitizer (memcheck,
-# racecheck, initcheck) over them, then the GPU decode benchmark.
+# racecheck, initcheck, synccheck) over them, then the GPU decode benchmark.
 #   scripts/gpu-check.sh [OUT_DIR]      (OUT_DIR defaults to $OUT, else ./gpu-check-out)
 # Environment: SMLA_CUDA_ARCHS (default 90a), SMLA_GPU_BENCH_ARGS (extra bench flags),
 # SMLA_GPU_TESTS (test binaries to build and run, default all of tests/unit/cuda), SMLA_GTEST_FILTER,
@@ -83,7 +83,7 @@ for test_name in $tests; do
   race_filter="*"
   [[ $test_name == cuda_attention_test ]] &&
     race_filter="CudaSparseDecode.V4TwoSourcesMatchesReference:CudaSparseDecode.ExplicitWorkspaceOnStream:CudaSparseDecode.V32Format:CudaSparsePrefill.*"
-  for tool in memcheck racecheck initcheck; do
+  for tool in memcheck racecheck initcheck synccheck; do
     filter=${SMLA_GTEST_FILTER:-*}
     [[ $tool == racecheck && -z "${SMLA_GTEST_FILTER:-}" ]] && filter=$race_filter
     sanitizer_log=$(mktemp)
