@@ -11,9 +11,12 @@
 //             warpgroup, then O[:, 0:256] += P V with P taken from registers;
 //   value     O[:, 256:512] += P V with P from shared memory.
 // V is the first 512 columns of the same K buffer, read N-major by wgmma.
-// Hand-offs use named barriers: FULL(b) producer -> consumers, EMPTY(b)
-// consumers -> producer, P_FULL / P_EMPTY score <-> value. Each side counts the
-// same uses of every barrier, so no barrier is left half-arrived at exit.
+// Hand-offs: FULL(b) producer -> consumers, P_FULL / P_EMPTY score <-> value
+// are named barriers; EMPTY(b) consumers -> producer is an mbarrier (every
+// consumer thread arrives, the producer threads wait on its phase), so the
+// producer's writes into a buffer are ordered after every consumer's reads of
+// it by an acquire that the sanitizers model exactly. Each side counts the same
+// uses of every named barrier, so none is left half-arrived at exit.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -47,7 +50,7 @@ static_assert(kScoreRegisters + kValueRegisters + kProducerRegisters <= 3 * kSta
 static_assert(kScoreRegisters >= kStartRegisters && kValueRegisters <= kStartRegisters &&
               kProducerRegisters <= kStartRegisters);
 
-enum NamedBarrier : int { kFull0 = 1, kEmpty0 = 3, kPFull = 5, kPEmpty = 6, kConsumers = 7, kProducers = 8 };
+enum NamedBarrier : int { kFull0 = 1, kPFull = 3, kPEmpty = 4, kConsumers = 5, kProducers = 6 };
 
 // A CTA pair (h_q 65..128: the two head blocks of a token, one cluster) splits
 // each tile's expansion: CTA `rank` expands keys [32 rank, 32 rank + 32) and
@@ -69,7 +72,9 @@ struct Sm90Layout {
   // consumers are done with their copy of the buffer" (mbarriers, 8 bytes each).
   static constexpr int kPeerFull = kValid + 2 * kKeys * 4;
   static constexpr int kPeerEmpty = kPeerFull + 2 * 8;
-  static constexpr int kBytes = kPeerEmpty + 2 * 8;
+  // Per K buffer: "this CTA's consumers are done with it" (all 256 arrive).
+  static constexpr int kConsumed = kPeerEmpty + 2 * 8;
+  static constexpr int kBytes = kConsumed + 2 * 8;
   static constexpr int kPairChunkBytes = kPairKeys * kSwizzleRowBytes;  // half of a 64-row region
   static constexpr int kPairBytes = kDim / 64 * kPairChunkBytes + kPairKeys * 4;  // K rows and valid flags
   static constexpr int kDynamicBytes = kBytes + kSwizzleAtomBytes;  // slack to align the base to 1024 B
@@ -249,7 +254,7 @@ __device__ __forceinline__ void run_producer(const SparseAttentionParams& p, std
     const int buffer = tile & 1;
     if (round % kRounds == 0 && tile >= 2) {
       if (kPair && thread == 0) bulk_wait_sources_read();  // the last sends from this buffer
-      named_barrier_sync(kEmpty0 + buffer, kThreads);
+      mbarrier_wait(smem_address(smem + Layout::kConsumed + 8 * buffer), ((tile - 2) / 2) & 1);
     }
     const int key = first_row + (round % kRounds) * kKeysPerRound + key_in_round;
     const float fp8_scale = key_source(p, keys[current].source).fp8_scale;
@@ -285,15 +290,19 @@ __device__ __forceinline__ void run_producer(const SparseAttentionParams& p, std
   if (kPair && thread == 0) bulk_wait_sources_read();  // before the CTA may exit
 }
 
-// A CTA pair's consumers also tell the peer's producer, one arrival per warp once
-// its P V is done (the wgmma wait covers the warp's reads), that it may send the
-// next half into this buffer: no producer thread, with its loads in flight, has
-// to order this arrival.
+// Once a consumer thread's P V is done (the wgmma wait covers its reads of the
+// buffer) it releases the buffer to this CTA's producers: every consumer thread
+// arrives, because an mbarrier arrival releases only the arriving thread's own
+// accesses (one lane per warp after __syncwarp measured no faster, and racecheck
+// reported the other lanes' reads). A CTA pair's consumers also tell the peer's
+// producer, one arrival per warp, that it may send the next half into this buffer
+// (that write is a bulk copy, ordered after the peer's wait).
 template <int kDim, bool kPair>
 __device__ __forceinline__ void release_buffer(std::uint8_t* smem, int tile, int num_tiles, int buffer, int lane,
                                                std::uint32_t rank) {
   if (tile + 2 >= num_tiles) return;  // the last two tiles: the producers stop sending
-  named_barrier_arrive(kEmpty0 + buffer, kThreads);
+  mbarrier_arrive(smem_address(smem + Sm90Layout<kDim>::kConsumed + 8 * buffer));
+  if constexpr (kPair) __syncwarp();  // the warp's reads, ordered before lane 0's release to the peer
   if (kPair && lane == 0) {
     mbarrier_arrive_peer(peer_address(smem_address(smem + Sm90Layout<kDim>::kPeerEmpty + 8 * buffer), rank ^ 1u));
   }
@@ -535,16 +544,21 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_attention_kernel(const __gri
   const int split = static_cast<int>(blockIdx.z);
   const int tid = static_cast<int>(threadIdx.x);
   std::uint32_t rank = 0;
-  if constexpr (kPair) {
-    rank = cluster_rank();
-    if (tid == 0) {
-      for (int b = 0; b < 2; ++b) {
+  if constexpr (kPair) rank = cluster_rank();
+  if (tid == 0) {
+    for (int b = 0; b < 2; ++b) {
+      mbarrier_init(smem_address(smem + Layout::kConsumed + 8 * b), 256);  // every consumer thread
+      if constexpr (kPair) {
         mbarrier_init(smem_address(smem + Layout::kPeerFull + 8 * b), 1);   // this CTA's expect-bytes arrival
         mbarrier_init(smem_address(smem + Layout::kPeerEmpty + 8 * b), 8);  // the peer's 8 consumer warps
       }
-      fence_mbarrier_init_cluster();
     }
+    if constexpr (kPair) fence_mbarrier_init_cluster();
+  }
+  if constexpr (kPair) {
     cluster_sync();  // both CTAs' barriers exist before either uses the other's
+  } else {
+    __syncthreads();
   }
 
   // This split's share of the token's valid keys, from the length values on the device.

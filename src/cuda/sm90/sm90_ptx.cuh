@@ -74,6 +74,10 @@ __device__ __forceinline__ void fence_mbarrier_init_cluster() {
 __device__ __forceinline__ void mbarrier_arrive_expect_bytes(std::uint32_t barrier, std::uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(barrier), "r"(bytes) : "memory");
 }
+// One arrival (CTA-scope release of this thread's earlier accesses).
+__device__ __forceinline__ void mbarrier_arrive(std::uint32_t barrier) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(barrier) : "memory");
+}
 // One arrival on a barrier of the peer CTA (a shared::cluster address). Default
 // (CTA-scope release) semantics: a cluster-scope release costs a MEMBAR.GPU that
 // waits for the thread's loads in flight.
@@ -116,12 +120,17 @@ __device__ __forceinline__ void lower_registers() {
 #endif
 
 // Named barriers: `sync` waits for `threads` arrivals (its own included);
-// `arrive` counts one thread without waiting.
+// `arrive` counts one thread without waiting. These are the non-.aligned forms
+// (barrier.sync, barrier.arrive): the warpgroups reach one barrier from
+// different code (producer, score and value paths), and bar.sync / bar.arrive
+// mean barrier.*.aligned, which PTX defines only when every thread of the CTA
+// executes the same instruction. compute-sanitizer synccheck reported the
+// aligned form as divergent, and racecheck an intermittent hazard beside it.
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+  asm volatile("barrier.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 __device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+  asm volatile("barrier.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
 // Keeps the compiler from moving reads or writes of an accumulator across the
