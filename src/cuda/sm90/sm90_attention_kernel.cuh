@@ -35,6 +35,7 @@ namespace smla::cuda::sm90 {
 inline constexpr int kRows = 64;        // query heads per CTA
 inline constexpr int kKeys = 64;        // keys per tile
 inline constexpr int kThreads = 384;    // score, value and producer warpgroups
+inline constexpr int kConsumerThreads = 256;  // score and value warpgroups
 inline constexpr int kHalfColumns = kValueDim / 2;
 inline constexpr int kPrefetchTiles = 4;  // how far ahead the value warpgroup asks L2 for rows
 inline constexpr int kScoreRegisters = 192;
@@ -110,7 +111,7 @@ template <int kDim>
 __device__ __forceinline__ void load_query(const SparseAttentionParams& p, int token, int head0, std::uint8_t* q_tile,
                                            int consumer_thread) {
   constexpr int kUnitsPerRow = kDim / 8;
-  for (int i = consumer_thread; i < kRows * kUnitsPerRow; i += 256) {
+  for (int i = consumer_thread; i < kRows * kUnitsPerRow; i += kConsumerThreads) {
     const int row = i / kUnitsPerRow;
     const int unit = i % kUnitsPerRow;
     const int head = head0 + row;
@@ -393,7 +394,7 @@ __device__ __forceinline__ void run_score_warpgroup(const SparseAttentionParams&
     }
 
     // P and the rescale factors for the value warpgroup (one buffer: wait until it read the last ones).
-    if (tile > 0) named_barrier_sync(kPEmpty, 256);
+    if (tile > 0) named_barrier_sync(kPEmpty, kConsumerThreads);
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
       const std::uint32_t column_byte = 4 * (lane % 4);
@@ -406,7 +407,7 @@ __device__ __forceinline__ void run_score_warpgroup(const SparseAttentionParams&
       alpha_s[row0 + 8] = alpha[1];
     }
     fence_view_async_shared();
-    named_barrier_arrive(kPFull, 256);
+    named_barrier_arrive(kPFull, kConsumerThreads);
 
     // O[:, 0:256] = alpha O + P V.
     rescale_rows(o, alpha[0], alpha[1]);
@@ -452,7 +453,7 @@ __device__ __forceinline__ void run_score_warpgroup(const SparseAttentionParams&
       }
     }
   }
-  named_barrier_sync(kConsumers, 256);
+  named_barrier_sync(kConsumers, kConsumerThreads);
   write_output_half(p, o, token, head0, split, 0, max_s, sum_s, warp, lane);
 }
 
@@ -499,7 +500,7 @@ __device__ __forceinline__ void run_value_warpgroup(const SparseAttentionParams&
         make_sw128_desc(smem_address(smem + Layout::kK + buffer * Layout::kTileBytes) + (kHalfColumns / 64) * Layout::kChunkBytes,
                         Layout::kChunkBytes, kSwizzleAtomBytes);
     wait_full<Loader::kDim, kPair>(smem, tile, buffer);
-    named_barrier_sync(kPFull, 256);
+    named_barrier_sync(kPFull, kConsumerThreads);
     rescale_rows(o, alpha_s[row0], alpha_s[row0 + 8]);
     wgmma_fence();
 #pragma unroll
@@ -514,10 +515,10 @@ __device__ __forceinline__ void run_value_warpgroup(const SparseAttentionParams&
     }
     wgmma_wait<0>();
     pin_registers(o);
-    if (tile + 1 < num_tiles) named_barrier_arrive(kPEmpty, 256);
+    if (tile + 1 < num_tiles) named_barrier_arrive(kPEmpty, kConsumerThreads);
     release_buffer<Loader::kDim, kPair>(smem, tile, num_tiles, buffer, lane, rank);
   }
-  named_barrier_sync(kConsumers, 256);
+  named_barrier_sync(kConsumers, kConsumerThreads);
   write_output_half(p, o, token, head0, split, kHalfColumns, reinterpret_cast<const float*>(smem + Layout::kRowMax),
                     reinterpret_cast<const float*>(smem + Layout::kRowSum), warp, lane);
 }
@@ -547,7 +548,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_attention_kernel(const __gri
   if constexpr (kPair) rank = cluster_rank();
   if (tid == 0) {
     for (int b = 0; b < 2; ++b) {
-      mbarrier_init(smem_address(smem + Layout::kConsumed + 8 * b), 256);  // every consumer thread
+      mbarrier_init(smem_address(smem + Layout::kConsumed + 8 * b), kConsumerThreads);
       if constexpr (kPair) {
         mbarrier_init(smem_address(smem + Layout::kPeerFull + 8 * b), 1);   // this CTA's expect-bytes arrival
         mbarrier_init(smem_address(smem + Layout::kPeerEmpty + 8 * b), 8);  // the peer's 8 consumer warps
@@ -577,18 +578,18 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_attention_kernel(const __gri
   const int warpgroup = tid / 128;
   if (warpgroup == 2) {
     lower_registers<kProducerRegisters>();
-    run_producer<Loader, kPair>(p, smem, token, begin, end, n_main, num_tiles, tid - 256, rank);
+    run_producer<Loader, kPair>(p, smem, token, begin, end, n_main, num_tiles, tid - kConsumerThreads, rank);
   } else if (warpgroup == 0) {
     raise_registers<kScoreRegisters>();
     load_query<Loader::kDim>(p, token, head0, smem + Layout::kQ, tid);
     fence_view_async_shared();
-    named_barrier_sync(kConsumers, 256);
+    named_barrier_sync(kConsumers, kConsumerThreads);
     run_score_warpgroup<Loader, kPair>(p, smem, token, head0, split, num_tiles, tid, rank);
   } else {
     lower_registers<kValueRegisters>();  // below the 168 every thread starts with
     load_query<Loader::kDim>(p, token, head0, smem + Layout::kQ, tid);
     fence_view_async_shared();
-    named_barrier_sync(kConsumers, 256);
+    named_barrier_sync(kConsumers, kConsumerThreads);
     run_value_warpgroup<Loader, kPair>(p, smem, token, head0, split, begin, end, n_main, num_tiles, tid - 128, rank);
   }
   if constexpr (kPair) cluster_sync();  // no CTA leaves while its peer may still reach into it
