@@ -551,7 +551,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_attention_kernel(const __gri
       mbarrier_init(smem_address(smem + Layout::kConsumed + 8 * b), kConsumerThreads);
       if constexpr (kPair) {
         mbarrier_init(smem_address(smem + Layout::kPeerFull + 8 * b), 1);   // this CTA's expect-bytes arrival
-        mbarrier_init(smem_address(smem + Layout::kPeerEmpty + 8 * b), 8);  // the peer's 8 consumer warps
+        mbarrier_init(smem_address(smem + Layout::kPeerEmpty + 8 * b), kConsumerThreads / 32);  // the peer's consumer warps
       }
     }
     if constexpr (kPair) fence_mbarrier_init_cluster();
