@@ -3,7 +3,11 @@
 # Needs root for the install (CI and the project's machines run as root).
 set -euo pipefail
 packages=(cmake g++ make libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev libfmt-dev
-          nlohmann-json3-dev libhwy-dev libopenblas-dev)
+          nlohmann-json3-dev libhwy-dev libopenblas-dev
+          # the Python package (smla._C over DLPack) and its tests
+          python3-dev pybind11-dev libdlpack-dev python3-numpy python3-pytest python3-torch
+          # libFuzzer targets, built by clang in the sanitizer stage
+          clang libfuzzer-14-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

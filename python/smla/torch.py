@@ -1,0 +1,158 @@
+"""smla for PyTorch: torch tensors in and out, the current stream, a cached workspace.
+
+``sparse_decode`` / ``sparse_prefill`` take the arguments of ``smla.sparse_decode`` /
+``smla.sparse_prefill`` as torch tensors. CUDA tensors run on the current torch stream of
+their device, with a workspace allocated once per device by ``torch.empty`` and grown when a
+larger shape needs more; nothing synchronizes, so calls can be captured by
+``torch.cuda.graph`` (make one eager call before capture so the workspace exists).
+
+On torch >= 2.4 the ops are also registered through ``torch.library`` as
+``torch.ops.smla.sparse_decode`` / ``torch.ops.smla.sparse_prefill`` (mutating ``out`` and the
+statistics in place, with fake implementations), and ``torch.compile(fullgraph=True)`` traces
+the public functions into them. Eager calls skip the dispatcher and call the extension directly.
+On older torch (Debian's 1.13) the plain calls work the same.
+"""
+
+import torch
+
+from . import _C
+from ._api import VALUE_DIM, backend_code, cache_parts, default_scale
+
+__all__ = ["sparse_decode", "sparse_prefill", "workspace_bytes"]
+
+# device index -> (tensor, address, bytes)
+_workspaces = {}
+
+try:
+    _raw_stream = torch._C._cuda_getCurrentRawStream  # one C call; the public route costs a few us more
+except AttributeError:  # pragma: no cover - builds without it
+    def _raw_stream(index):
+        return torch.cuda.current_stream(index).cuda_stream
+
+_is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
+
+
+def workspace_bytes(device=None):
+    """Bytes of the cached CUDA workspace of a device (0 when none was needed yet)."""
+    index = torch.device(device).index if device is not None else torch.cuda.current_device()
+    entry = _workspaces.get(index or 0)
+    return 0 if entry is None else entry[2]
+
+
+def _grow_workspace(index, needed):
+    # 1 MiB granularity: a slightly larger batch does not reallocate again.
+    size = (int(needed) + (1 << 20) - 1) >> 20 << 20
+    tensor = torch.empty(size, dtype=torch.uint8, device=torch.device("cuda", index))
+    entry = (tensor, tensor.data_ptr(), size)
+    _workspaces[index] = entry
+    return entry
+
+
+def _call(entry, args, q, backend):
+    """Runs a _C entry; CUDA calls get the current stream and the cached workspace."""
+    if not q.is_cuda:
+        entry(*args, backend, 0, 0, 0)
+        return
+    index = q.get_device()
+    workspace = _workspaces.get(index)
+    address, size = (workspace[1], workspace[2]) if workspace is not None else (0, 0)
+    if index != torch.cuda.current_device():
+        with torch.cuda.device(index):
+            _call_on_device(entry, args, index, backend, address, size)
+    else:
+        _call_on_device(entry, args, index, backend, address, size)
+
+
+def _call_on_device(entry, args, index, backend, address, size):
+    stream = _raw_stream(index)
+    needed = entry(*args, backend, address, size, stream)
+    if needed:
+        _, address, size = _grow_workspace(index, needed)
+        entry(*args, backend, address, size, stream)
+
+
+def _decode_impl(q, main_pages, main_format, main_fp8_scale, main_indices, main_lengths, extra_pages, extra_format,
+                 extra_fp8_scale, extra_indices, extra_lengths, sink, softmax_scale, out, lse, queries_per_request,
+                 backend):
+    args = (q, main_pages, main_format, main_fp8_scale, main_indices, main_lengths, extra_pages, extra_format,
+            extra_fp8_scale, extra_indices, extra_lengths, sink, softmax_scale, out, lse, queries_per_request)
+    _call(_C.sparse_decode, args, q, backend)
+
+
+def _prefill_impl(q, kv, indices, topk_length, sink, softmax_scale, d_v, out, max_logits, lse, backend):
+    _call(_C.sparse_prefill, (q, kv, indices, topk_length, sink, softmax_scale, d_v, out, max_logits, lse), q, backend)
+
+
+_decode_op = _decode_impl
+_prefill_op = _prefill_impl
+
+if hasattr(torch, "library") and hasattr(torch.library, "custom_op"):
+    from typing import Optional
+
+    from torch import Tensor
+
+    @torch.library.custom_op("smla::sparse_decode", mutates_args=("out", "lse"))
+    def _decode_registered(q: Tensor, main_pages: Tensor, main_format: int, main_fp8_scale: float,
+                           main_indices: Tensor, main_lengths: Optional[Tensor], extra_pages: Optional[Tensor],
+                           extra_format: int, extra_fp8_scale: float, extra_indices: Optional[Tensor],
+                           extra_lengths: Optional[Tensor], sink: Optional[Tensor], softmax_scale: float,
+                           out: Tensor, lse: Tensor, queries_per_request: int, backend: int) -> None:
+        _decode_impl(q, main_pages, main_format, main_fp8_scale, main_indices, main_lengths, extra_pages,
+                     extra_format, extra_fp8_scale, extra_indices, extra_lengths, sink, softmax_scale, out, lse,
+                     queries_per_request, backend)
+
+    @_decode_registered.register_fake
+    def _decode_fake(q, main_pages, main_format, main_fp8_scale, main_indices, main_lengths, extra_pages,
+                     extra_format, extra_fp8_scale, extra_indices, extra_lengths, sink, softmax_scale, out, lse,
+                     queries_per_request, backend):
+        return None
+
+    @torch.library.custom_op("smla::sparse_prefill", mutates_args=("out", "max_logits", "lse"))
+    def _prefill_registered(q: Tensor, kv: Tensor, indices: Tensor, topk_length: Optional[Tensor],
+                            sink: Optional[Tensor], softmax_scale: float, d_v: int, out: Tensor, max_logits: Tensor,
+                            lse: Tensor, backend: int) -> None:
+        _prefill_impl(q, kv, indices, topk_length, sink, softmax_scale, d_v, out, max_logits, lse, backend)
+
+    @_prefill_registered.register_fake
+    def _prefill_fake(q, kv, indices, topk_length, sink, softmax_scale, d_v, out, max_logits, lse, backend):
+        return None
+
+    _decode_op = _decode_registered
+    _prefill_op = _prefill_registered
+
+
+def sparse_decode(q, main_cache, main_indices, *, main_lengths=None, extra_cache=None, extra_indices=None,
+                  extra_lengths=None, sink=None, softmax_scale=None, out=None, lse=None, queries_per_request=1,
+                  backend="auto"):
+    """smla.sparse_decode for torch tensors; returns (out, lse), allocating the ones not given.
+
+    Runs on the current stream of q's device with the cached workspace (CUDA), or on the named host
+    backend (CPU tensors). See smla.sparse_decode for the arguments and semantics.
+    """
+    main_pages, main_format, main_scale = cache_parts(main_cache, "main_cache")
+    extra_pages, extra_format, extra_scale = cache_parts(extra_cache, "extra_cache")
+    if out is None:
+        out = torch.empty((q.shape[0], q.shape[1], VALUE_DIM), dtype=torch.bfloat16, device=q.device)
+    if lse is None:
+        lse = torch.empty((q.shape[0], q.shape[1]), dtype=torch.float32, device=q.device)
+    op = _decode_op if _is_compiling() else _decode_impl
+    op(q, main_pages, main_format, main_scale, main_indices, main_lengths, extra_pages, extra_format, extra_scale,
+       extra_indices, extra_lengths, sink, default_scale(q, softmax_scale), out, lse, int(queries_per_request),
+       backend_code(backend))
+    return out, lse
+
+
+def sparse_prefill(q, kv, indices, *, topk_length=None, sink=None, softmax_scale=None, d_v=VALUE_DIM, out=None,
+                   max_logits=None, lse=None, backend="auto"):
+    """smla.sparse_prefill for torch tensors; returns (out, max_logits, lse)."""
+    rows = (q.shape[0], q.shape[1])
+    if out is None:
+        out = torch.empty(rows + (int(d_v),), dtype=torch.bfloat16, device=q.device)
+    if max_logits is None:
+        max_logits = torch.empty(rows, dtype=torch.float32, device=q.device)
+    if lse is None:
+        lse = torch.empty(rows, dtype=torch.float32, device=q.device)
+    op = _prefill_op if _is_compiling() else _prefill_impl
+    op(q, kv, indices, topk_length, sink, default_scale(q, softmax_scale), int(d_v), out, max_logits, lse,
+       backend_code(backend))
+    return out, max_logits, lse

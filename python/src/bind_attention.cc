@@ -1,0 +1,172 @@
+// smla._C.sparse_decode / sparse_prefill and their workspace queries.
+//
+// Host tensors run through smla::sparse_decode on the named host backend; CUDA
+// tensors through smla::cuda_sparse_decode on the caller's stream and workspace
+// (never allocating or synchronizing). A CUDA call whose workspace is too small
+// runs nothing and returns the bytes it needs, so a caller that caches its
+// workspace pays one C++ call per step and grows it only on the first one.
+#include <fmt/format.h>
+#include <pybind11/pybind11.h>
+
+#include "python/src/bindings.h"
+#include "python/src/py_tensor.h"
+#include "smla/attention.h"
+#include "smla/cuda.h"
+
+namespace smla::python {
+namespace {
+
+constexpr int kAutoBackend = -1;
+
+// "auto" follows the data: CUDA tensors run on cuda, host tensors on cpu.
+Backend pick_backend(int requested, const TensorView& q) {
+  if (requested != kAutoBackend) return static_cast<Backend>(requested);
+  return q.device.kind == DeviceKind::kCuda ? Backend::kCuda : Backend::kCpu;
+}
+
+void check_device_matches(Backend backend, const TensorView& q) {
+  const bool on_cuda = q.present() && q.device.kind == DeviceKind::kCuda;
+  if (backend == Backend::kCuda && q.present() && !on_cuda) {
+    throw SmlaError{"q: expected a cuda tensor for backend 'cuda', got a cpu tensor"};
+  }
+  if (backend != Backend::kCuda && on_cuda) {
+    throw SmlaError{fmt::format("q: expected a cpu tensor for backend '{}', got a cuda tensor", backend_name(backend))};
+  }
+}
+
+struct DecodeCall {
+  PyTensorArgs tensors;
+  SparseDecodeArgs args;
+};
+
+void fill_decode(DecodeCall& call, const py::handle& q, const py::handle& main_pages, int main_format,
+                 float main_fp8_scale, const py::handle& main_indices, const py::handle& main_lengths,
+                 const py::handle& extra_pages, int extra_format, float extra_fp8_scale,
+                 const py::handle& extra_indices, const py::handle& extra_lengths, const py::handle& sink,
+                 float softmax_scale, const py::handle& out, const py::handle& lse, std::int64_t queries_per_request) {
+  PyTensorArgs& t = call.tensors;
+  SparseDecodeArgs& a = call.args;
+  a.q = t.view(q, "q");
+  a.main_cache = t.cache(main_pages, "main_cache", main_format, main_fp8_scale);
+  a.main_indices = t.view(main_indices, "main_indices");
+  a.main_lengths = t.view(main_lengths, "main_lengths");
+  if (!extra_pages.is_none()) a.extra_cache = t.cache(extra_pages, "extra_cache", extra_format, extra_fp8_scale);
+  a.extra_indices = t.view(extra_indices, "extra_indices");
+  a.extra_lengths = t.view(extra_lengths, "extra_lengths");
+  a.sink = t.view(sink, "sink");
+  a.softmax_scale = softmax_scale;
+  a.out = t.view(out, "out", Access::kWrite);
+  a.lse = t.view(lse, "lse", Access::kWrite);
+  a.queries_per_request = queries_per_request;
+}
+
+struct PrefillCall {
+  PyTensorArgs tensors;
+  SparsePrefillArgs args;
+};
+
+void fill_prefill(PrefillCall& call, const py::handle& q, const py::handle& kv, const py::handle& indices,
+                  const py::handle& topk_length, const py::handle& sink, float softmax_scale, int d_v,
+                  const py::handle& out, const py::handle& max_logits, const py::handle& lse) {
+  PyTensorArgs& t = call.tensors;
+  SparsePrefillArgs& a = call.args;
+  a.q = t.view(q, "q");
+  a.kv = t.view(kv, "kv");
+  a.indices = t.view(indices, "indices");
+  a.topk_length = t.view(topk_length, "topk_length");
+  a.sink = t.view(sink, "sink");
+  a.softmax_scale = softmax_scale;
+  a.d_v = d_v;
+  a.out = t.view(out, "out", Access::kWrite);
+  a.max_logits = t.view(max_logits, "max_logits", Access::kWrite);
+  a.lse = t.view(lse, "lse", Access::kWrite);
+}
+
+// Runs a host or CUDA call; returns the workspace bytes still needed (0 = it ran).
+template <class Args, class SizeFn, class CudaFn, class HostFn>
+std::size_t run(const Args& args, int backend_code, std::uintptr_t workspace, std::size_t workspace_bytes,
+                std::uintptr_t stream, SizeFn size_fn, CudaFn cuda_fn, HostFn host_fn) {
+  const Backend backend = pick_backend(backend_code, args.q);
+  check_device_matches(backend, args.q);
+  Status status;
+  std::size_t needed = 0;
+  {
+    py::gil_scoped_release release;
+    if (backend == Backend::kCuda) {
+      status = cuda_fn(args, reinterpret_cast<void*>(workspace), workspace_bytes, reinterpret_cast<void*>(stream));
+      if (!status.ok()) {
+        // A short workspace is the one failure the caller fixes by growing it and calling again.
+        const Expected<std::size_t> size = size_fn(args);
+        if (size.ok() && *size > workspace_bytes) needed = *size;
+      }
+    } else {
+      status = host_fn(args, backend);
+    }
+  }
+  if (needed > 0) return needed;
+  throw_if_error(status);
+  return 0;
+}
+
+template <class Args, class SizeFn>
+std::size_t workspace_size(const Args& args, int backend_code, SizeFn size_fn) {
+  const Backend backend = pick_backend(backend_code, args.q);
+  check_device_matches(backend, args.q);
+  if (backend != Backend::kCuda) return 0;
+  const Expected<std::size_t> size = size_fn(args);
+  throw_if_error(size.status());
+  return *size;
+}
+
+}  // namespace
+
+void bind_attention(py::module_& m) {
+  m.def(
+      "sparse_decode",
+      [](py::handle q, py::handle main_pages, int main_format, float main_fp8_scale, py::handle main_indices,
+         py::handle main_lengths, py::handle extra_pages, int extra_format, float extra_fp8_scale,
+         py::handle extra_indices, py::handle extra_lengths, py::handle sink, float softmax_scale, py::handle out,
+         py::handle lse, std::int64_t queries_per_request, int backend, std::uintptr_t workspace,
+         std::size_t workspace_bytes, std::uintptr_t stream) {
+        DecodeCall call;
+        fill_decode(call, q, main_pages, main_format, main_fp8_scale, main_indices, main_lengths, extra_pages,
+                    extra_format, extra_fp8_scale, extra_indices, extra_lengths, sink, softmax_scale, out, lse,
+                    queries_per_request);
+        return run(call.args, backend, workspace, workspace_bytes, stream, cuda_sparse_decode_workspace_size,
+                   cuda_sparse_decode, [](const SparseDecodeArgs& a, Backend b) { return smla::sparse_decode(a, b); });
+      },
+      "Low-level decode entry (use smla.sparse_decode). Returns 0, or the CUDA workspace bytes needed.");
+  m.def(
+      "sparse_decode_workspace_size",
+      [](py::handle q, py::handle main_pages, int main_format, float main_fp8_scale, py::handle main_indices,
+         py::handle main_lengths, py::handle extra_pages, int extra_format, float extra_fp8_scale,
+         py::handle extra_indices, py::handle extra_lengths, py::handle sink, float softmax_scale, py::handle out,
+         py::handle lse, std::int64_t queries_per_request, int backend) {
+        DecodeCall call;
+        fill_decode(call, q, main_pages, main_format, main_fp8_scale, main_indices, main_lengths, extra_pages,
+                    extra_format, extra_fp8_scale, extra_indices, extra_lengths, sink, softmax_scale, out, lse,
+                    queries_per_request);
+        return workspace_size(call.args, backend, cuda_sparse_decode_workspace_size);
+      });
+  m.def(
+      "sparse_prefill",
+      [](py::handle q, py::handle kv, py::handle indices, py::handle topk_length, py::handle sink, float softmax_scale,
+         int d_v, py::handle out, py::handle max_logits, py::handle lse, int backend, std::uintptr_t workspace,
+         std::size_t workspace_bytes, std::uintptr_t stream) {
+        PrefillCall call;
+        fill_prefill(call, q, kv, indices, topk_length, sink, softmax_scale, d_v, out, max_logits, lse);
+        return run(call.args, backend, workspace, workspace_bytes, stream, cuda_sparse_prefill_workspace_size,
+                   cuda_sparse_prefill,
+                   [](const SparsePrefillArgs& a, Backend b) { return smla::sparse_prefill(a, b); });
+      },
+      "Low-level prefill entry (use smla.sparse_prefill). Returns 0, or the CUDA workspace bytes needed.");
+  m.def("sparse_prefill_workspace_size",
+        [](py::handle q, py::handle kv, py::handle indices, py::handle topk_length, py::handle sink,
+           float softmax_scale, int d_v, py::handle out, py::handle max_logits, py::handle lse, int backend) {
+          PrefillCall call;
+          fill_prefill(call, q, kv, indices, topk_length, sink, softmax_scale, d_v, out, max_logits, lse);
+          return workspace_size(call.args, backend, cuda_sparse_prefill_workspace_size);
+        });
+}
+
+}  // namespace smla::python
