@@ -159,11 +159,10 @@ def sparse_decode(q, main_cache, main_indices, *, main_lengths=None, extra_cache
             q, main_cache, main_indices, main_lengths=main_lengths, extra_cache=extra_cache,
             extra_indices=extra_indices, extra_lengths=extra_lengths, sink=sink, softmax_scale=softmax_scale,
             out=out, lse=lse, queries_per_request=queries_per_request, backend=backend)
-    tokens, heads = _shape2(q)
     if out is None:
-        out = _alloc(q, "out", (tokens, heads, VALUE_DIM), "bf16")
+        out = _alloc(q, "out", _shape2(q) + (VALUE_DIM,), "bf16")
     if lse is None:
-        lse = _alloc(q, "lse", (tokens, heads), "f32")
+        lse = _alloc(q, "lse", _shape2(q), "f32")
     args = _decode_args(q, main_cache, main_indices, main_lengths, extra_cache, extra_indices, extra_lengths, sink,
                         softmax_scale, out, lse, queries_per_request) + (backend_code(backend),)
     _run(_C.sparse_decode, args, workspace, stream)
@@ -188,7 +187,7 @@ def _shape2(q):
     if shape is None or len(shape) != 3:
         raise _C.Error(f"q: expected a tensor [T, h_q, d_qk], got {type(q).__name__}"
                        + ("" if shape is None else f" of shape {list(shape)}"))
-    return int(shape[0]), int(shape[1])
+    return (int(shape[0]), int(shape[1]))
 
 
 def sparse_prefill(q, kv, indices, *, topk_length=None, sink=None, softmax_scale=None, d_v=VALUE_DIM, out=None,
@@ -213,13 +212,12 @@ def sparse_prefill(q, kv, indices, *, topk_length=None, sink=None, softmax_scale
         return smla_torch.sparse_prefill(q, kv, indices, topk_length=topk_length, sink=sink,
                                          softmax_scale=softmax_scale, d_v=d_v, out=out, max_logits=max_logits,
                                          lse=lse, backend=backend)
-    tokens, heads = _shape2(q)
     if out is None:
-        out = _alloc(q, "out", (tokens, heads, int(d_v)), "bf16")
+        out = _alloc(q, "out", _shape2(q) + (int(d_v),), "bf16")
     if max_logits is None:
-        max_logits = _alloc(q, "max_logits", (tokens, heads), "f32")
+        max_logits = _alloc(q, "max_logits", _shape2(q), "f32")
     if lse is None:
-        lse = _alloc(q, "lse", (tokens, heads), "f32")
+        lse = _alloc(q, "lse", _shape2(q), "f32")
     args = (q, kv, indices, topk_length, sink, default_scale(q, softmax_scale), int(d_v), out, max_logits, lse,
             backend_code(backend))
     _run(_C.sparse_prefill, args, workspace, stream)

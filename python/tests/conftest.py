@@ -1,0 +1,24 @@
+import os
+import sys
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+from reference import fresh_seed  # noqa: E402
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(fresh_seed())
+
+
+def cuda_available():
+    try:
+        import torch
+    except ImportError:
+        return False
+    import smla
+
+    return torch.cuda.is_available() and "cuda" in smla.info()["available_backends"]
