@@ -3,6 +3,7 @@
 #include <dlpack/dlpack.h>
 #include <fmt/format.h>
 #include <pybind11/numpy.h>
+#include <pybind11/stl.h>
 
 #include <optional>
 #include <string>

@@ -37,6 +37,10 @@ def _indices(rng, tokens, width, num_slots):
     return idx
 
 
+def _lengths(rng, tokens, width, group):
+    return np.repeat(rng.integers(0, width + 1, size=tokens // group), group).astype(np.int32)
+
+
 def _attended(indices, lengths, num_slots):
     chosen = set()
     for t in range(indices.shape[0]):
@@ -46,10 +50,11 @@ def _attended(indices, lengths, num_slots):
 
 
 def decode_case(rng, fmt="v4-fp8", tokens=5, heads=8, page_size=3, num_pages=6, k_main=7, extra=True,
-                extra_page_size=2, extra_pages=5, k_extra=6, sink=True, lengths=True):
+                extra_page_size=2, extra_pages=5, k_extra=6, sink=True, lengths=True, length_group=1):
+    """length_group > 1: one length per group of consecutive tokens (FlashMLA's per-request lengths)."""
     main_slots = num_pages * page_size
     main_indices = _indices(rng, tokens, k_main, main_slots)
-    main_lengths = rng.integers(0, k_main + 1, size=tokens).astype(np.int32) if lengths else None
+    main_lengths = _lengths(rng, tokens, k_main, length_group) if lengths else None
     case = {"fmt": fmt}
     case["main_cache"] = _fill_cache(rng, fmt, num_pages, page_size, _attended(main_indices, main_lengths, main_slots))
     case["main_indices"], case["main_lengths"] = main_indices, main_lengths
@@ -58,7 +63,7 @@ def decode_case(rng, fmt="v4-fp8", tokens=5, heads=8, page_size=3, num_pages=6, 
     if extra:
         extra_slots = extra_pages * extra_page_size
         extra_indices = _indices(rng, tokens, k_extra, extra_slots)
-        extra_lengths = rng.integers(0, k_extra + 1, size=tokens).astype(np.int32) if lengths else None
+        extra_lengths = _lengths(rng, tokens, k_extra, length_group) if lengths else None
         case["extra_cache"] = _fill_cache(rng, fmt, extra_pages, extra_page_size,
                                           _attended(extra_indices, extra_lengths, extra_slots))
         case["extra_indices"], case["extra_lengths"] = extra_indices, extra_lengths
