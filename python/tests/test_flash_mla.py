@@ -8,10 +8,11 @@ torch = pytest.importorskip("torch")
 import smla  # noqa: E402
 import smla.flash_mla as flash_mla  # noqa: E402
 from cases import decode_case, prefill_case  # noqa: E402
+from conftest import cuda_available  # noqa: E402
 from reference import assert_close, bf16_bits_to_f64  # noqa: E402
 from torch_util import bf16_to_numpy_bits, to_torch  # noqa: E402
 
-DEVICES = ["cpu"]
+DEVICES = ["cpu"] + (["cuda"] if cuda_available() else [])
 
 
 def flash_mla_decode(case, b, s_q, device, out=None, sched=None):

@@ -1,0 +1,140 @@
+"""smla on CUDA tensors: the float64 model, the caller's stream, graph capture, torch.compile.
+
+Skipped (with the reason shown) where no CUDA device or no CUDA build exists; the GPU machine
+runs it through scripts/gpu-check.sh.
+"""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import smla  # noqa: E402
+import smla.torch as smla_torch  # noqa: E402
+from cases import decode_case, decode_kwargs, prefill_case  # noqa: E402
+from conftest import cuda_available  # noqa: E402
+from reference import assert_close, bf16_bits_to_f64  # noqa: E402
+from torch_util import bf16_to_numpy_bits, to_torch  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not cuda_available(), reason="no CUDA device (or smla built without CUDA)")
+
+
+def cuda_kwargs(case):
+    return {k: v if isinstance(v, float) else to_torch(v, "cuda") for k, v in decode_kwargs(case).items()}
+
+
+def run_decode(case, **extra):
+    return smla_torch.sparse_decode(to_torch(case["q"], "cuda"), to_torch(case["main_cache"], "cuda"),
+                                    to_torch(case["main_indices"], "cuda"), **cuda_kwargs(case), **extra)
+
+
+def check(case, out, lse):
+    assert_close(bf16_bits_to_f64(bf16_to_numpy_bits(out)), lse.cpu().numpy(), *case["expected"])
+
+
+@pytest.mark.parametrize("fmt", ["v4-fp8", "v32-fp8", "bf16-rows", "fp8-rows"])
+@pytest.mark.parametrize("heads", [1, 8, 64, 128])
+def test_decode_matches_float64_model(rng, fmt, heads):
+    case = decode_case(rng, fmt=fmt, tokens=4, heads=heads, page_size=int(rng.choice([1, 3, 64])), num_pages=3,
+                       k_main=40, extra_page_size=2, extra_pages=30, k_extra=33)
+    out, lse = run_decode(case)
+    assert out.is_cuda and lse.is_cuda
+    check(case, out, lse)
+
+
+def test_cuda_equals_generic_api_and_queries_per_request(rng):
+    case = decode_case(rng, tokens=6, heads=8)
+    a = run_decode(case)
+    b = run_decode(case, queries_per_request=2)
+    check(case, *a)
+    check(case, *b)
+
+
+def test_prefill_matches_float64_model(rng):
+    case = prefill_case(rng, s_q=70, heads=64, s_kv=300, topk=96)
+    out, max_logits, lse = smla_torch.sparse_prefill(
+        to_torch(case["q"], "cuda"), to_torch(case["kv"], "cuda"), to_torch(case["indices"], "cuda"),
+        topk_length=to_torch(case["topk_length"], "cuda"), sink=to_torch(case["sink"], "cuda"),
+        softmax_scale=case["softmax_scale"])
+    check(case, out, lse)
+
+
+def test_runs_on_the_current_stream(rng):
+    case = decode_case(rng, heads=16)
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        out, lse = run_decode(case)
+    side.synchronize()
+    check(case, out, lse)
+
+
+def test_cuda_tensor_to_host_backend_is_an_error(rng):
+    case = decode_case(rng, extra=False)
+    with pytest.raises(smla.Error, match="cpu"):
+        run_decode(case, backend="cpu")
+
+
+def test_graph_capture_and_replay(rng):
+    case = decode_case(rng, tokens=4, heads=64)
+    q = to_torch(case["q"], "cuda")
+    cache, idx, kwargs = to_torch(case["main_cache"], "cuda"), to_torch(case["main_indices"], "cuda"), cuda_kwargs(case)
+    out = torch.empty((4, 64, 512), dtype=torch.bfloat16, device="cuda")
+    lse = torch.empty((4, 64), dtype=torch.float32, device="cuda")
+    smla_torch.sparse_decode(q, cache, idx, out=out, lse=lse, **kwargs)  # warm-up: sizes the workspace
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        smla_torch.sparse_decode(q, cache, idx, out=out, lse=lse, **kwargs)
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    check(case, out, lse)
+    # New values in the captured buffers: the replay computes the new step.
+    other = decode_case(rng, tokens=4, heads=64)
+    q.copy_(to_torch(other["q"], "cuda"))
+    replay_case = dict(case, q=other["q"])
+    from reference import attend, decode_rows  # noqa: E402
+    sources = [(lambda s: decode_rows(case["main_cache"].pages, "v4-fp8", s), case["main_indices"],
+                case["main_lengths"], case["main_cache"].pages.shape[0] * case["main_cache"].pages.shape[1]),
+               (lambda s: decode_rows(case["extra_cache"].pages, "v4-fp8", s), case["extra_indices"],
+                case["extra_lengths"], case["extra_cache"].pages.shape[0] * case["extra_cache"].pages.shape[1])]
+    replay_case["expected"] = attend(bf16_bits_to_f64(other["q"]), sources, case["sink"], case["softmax_scale"])
+    graph.replay()
+    torch.cuda.synchronize()
+    check(replay_case, out, lse)
+
+
+@pytest.mark.skipif(not hasattr(torch.library, "custom_op"), reason="torch.library.custom_op needs torch >= 2.4")
+def test_torch_compile_fullgraph(rng):
+    case = decode_case(rng, tokens=4, heads=8)
+    q, cache, idx = to_torch(case["q"], "cuda"), to_torch(case["main_cache"], "cuda"), to_torch(case["main_indices"], "cuda")
+    kwargs = cuda_kwargs(case)
+
+    def step(q, pages, idx, main_lengths, extra_pages, extra_indices, extra_lengths, sink):
+        out, lse = smla_torch.sparse_decode(
+            q * 1, smla.KvCache(pages, "v4-fp8"), idx, main_lengths=main_lengths,
+            extra_cache=smla.KvCache(extra_pages, "v4-fp8"), extra_indices=extra_indices,
+            extra_lengths=extra_lengths, sink=sink, softmax_scale=case["softmax_scale"])
+        return out.float() * 2, lse
+
+    compiled = torch.compile(step, fullgraph=True)
+    out, lse = compiled(q, cache.pages, idx, kwargs["main_lengths"], kwargs["extra_cache"].pages,
+                        kwargs["extra_indices"], kwargs["extra_lengths"], kwargs["sink"])
+    eager_out, eager_lse = step(q, cache.pages, idx, kwargs["main_lengths"], kwargs["extra_cache"].pages,
+                                kwargs["extra_indices"], kwargs["extra_lengths"], kwargs["sink"])
+    assert torch.equal(out, eager_out) and torch.equal(lse, eager_lse)
+    check(case, (out / 2).to(torch.bfloat16), lse)
+    assert hasattr(torch.ops.smla, "sparse_decode") and hasattr(torch.ops.smla, "sparse_prefill")
+
+
+def test_workspace_is_cached_and_reported(rng):
+    case = decode_case(rng, tokens=64, heads=128, k_main=128, extra_pages=80, k_extra=512)
+    run_decode(case)
+    first = smla_torch.workspace_bytes("cuda")
+    run_decode(case)
+    assert smla_torch.workspace_bytes("cuda") == first
+    q = to_torch(case["q"], "cuda")
+    out = torch.empty((64, 128, 512), dtype=torch.bfloat16, device="cuda")
+    size = smla.sparse_decode_workspace_size(q, to_torch(case["main_cache"], "cuda"),
+                                             to_torch(case["main_indices"], "cuda"), out=out, **cuda_kwargs(case))
+    assert size <= first
