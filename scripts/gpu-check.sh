@@ -10,7 +10,9 @@
 # SMLA_SKIP_SANITIZER=1, SMLA_SKIP_BENCH=1, SMLA_GPU_PROFILE="LABEL B" (Nsight Compute on the
 # first attention launch of that bench case, e.g. "CONFIG2 128"), SMLA_GPU_DEPS=DIR (a folder of Debian .deb files
 # for the build dependencies the GPU machine lacks: they are unpacked under /tmp/smla-deps
-# and used from there, nothing is installed system-wide).
+# and used from there, nothing is installed system-wide; scripts/gpu-deps.sh fills such a folder),
+# SMLA_SKIP_PYTHON=1 (skip the Python package: build smla._C for the machine's python3, run
+# python/tests on the GPU, the example and bench/python/host_overhead.py).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-${OUT:-gpu-check-out}}
@@ -56,8 +58,13 @@ if [[ -f $manifest ]]; then
 else
   awk '{print $2}' "$out/.source-md5" | xargs -r touch
 fi
+python_args=()
+if [[ "${SMLA_SKIP_PYTHON:-0}" != 1 ]]; then
+  targets+=(smla_python)
+  python_args=(-DSMLA_PYTHON=ON -DPython_EXECUTABLE="$(command -v python3)")
+fi
 if ! { cmake -S . -B build/gpu -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$archs" -DSMLA_BUILD_TESTS=ON \
-       -DSMLA_BUILD_BENCH=ON "${dep_args[@]}" && cmake --build build/gpu -j "$jobs" --target "${targets[@]}"; } \
+       -DSMLA_BUILD_BENCH=ON "${dep_args[@]}" "${python_args[@]}" && cmake --build build/gpu -j "$jobs" --target "${targets[@]}"; } \
        >"$out/build.log" 2>&1; then
   grep -E "error|Error" "$out/build.log" | head -40
   tail -20 "$out/build.log"
@@ -99,6 +106,16 @@ for test_name in $tests; do
     { echo "== $test_name $tool"; head -c 2000000 "$sanitizer_log"; } >>"$out/sanitizer.log"
   done
 done
+
+if [[ "${SMLA_SKIP_PYTHON:-0}" != 1 ]]; then
+  step "Python package: python/tests on the GPU ($(python3 -c 'import torch; print("torch", torch.__version__)'))"
+  export PYTHONPATH="$PWD/build/gpu/python" PYTHONDONTWRITEBYTECODE=1
+  python3 -m pytest -q -rs -p no:cacheprovider python/tests 2>&1 | tee "$out/python_tests.log" | tail -15
+  [[ ${PIPESTATUS[0]} == 0 ]] || status=1
+  python3 examples/python/flash_mla_decode_step.py --device cuda || status=1
+  python3 bench/python/host_overhead.py --json "$out/python_overhead.json" || status=1
+  unset PYTHONPATH
+fi
 
 if [[ "${SMLA_SKIP_BENCH:-0}" != 1 ]]; then
   step "benchmark"
