@@ -77,6 +77,19 @@ def main():
                                          attn_sink=sink, extra_k_cache=c44, extra_indices_in_kvcache=c4_idx4,
                                          topk_length=swa_len, extra_topk_length=c4_len, out=out4)
 
+    # The breakdown: the extension alone (arguments prepared), and its conversion + validation +
+    # plan without the launch (the workspace-size query).
+    index = q.get_device()
+    workspace = smla_torch._workspaces
+    raw_args = (q, swa.pages, 0, 1.0, swa_idx, swa_len, c4.pages, 0, 1.0, c4_idx, c4_len, sink, 0.044, out, lse, 1, -1)
+
+    def raw_call():
+        _, address, size = workspace[index]
+        smla._C.sparse_decode(*raw_args, address, size, smla_torch._raw_stream(index))
+
+    def size_query():
+        smla._C.sparse_decode_workspace_size(*raw_args)
+
     for fn in (smla_call, flash_mla_call):
         for _ in range(50):
             fn()
@@ -103,6 +116,8 @@ def main():
         "smla_torch_host_us": statistics.median(host_times(smla_call, args.iters)) * 1e6,
         "flash_mla_host_us": statistics.median(host_times(flash_mla_call, args.iters)) * 1e6,
         "graph_replay_host_us": statistics.median(host_times(graph.replay, args.iters)) * 1e6,
+        "extension_call_host_us": statistics.median(host_times(raw_call, args.iters)) * 1e6,
+        "extension_checks_host_us": statistics.median(host_times(size_query, args.iters)) * 1e6,
         "kernel_us": statistics.median(kernel) * 1e6,
     }
     for key, value in results.items():

@@ -19,7 +19,7 @@ import torch
 
 from . import _C
 from . import torch as _smla_torch
-from ._api import KvCache, backend_code
+from ._api import backend_code
 
 __all__ = ["FlashMLASchedMeta", "get_mla_metadata", "flash_mla_with_kvcache", "flash_mla_sparse_fwd"]
 
@@ -28,6 +28,7 @@ _ONE_BYTE = {torch.uint8, torch.int8}
 if hasattr(torch, "float8_e4m3fn"):
     _ONE_BYTE.add(torch.float8_e4m3fn)
 _AUTO = backend_code("auto")
+_V4, _V32, _BF16_ROWS = (_C.kv_format_info(name)["code"] for name in ("v4-fp8", "v32-fp8", "bf16-rows"))
 
 
 @dataclasses.dataclass
@@ -63,31 +64,32 @@ def _fail(message):
     raise _C.Error(message)
 
 
-def _check_sched_meta(sched_meta, config):
-    if not isinstance(sched_meta, FlashMLASchedMeta):
+def _check_sched_meta(sched_meta, key, make_config):
+    """FlashMLA's rule: a FlashMLASchedMeta serves only calls with its first call's shapes."""
+    if type(sched_meta) is not FlashMLASchedMeta:
         _fail(f"tile_scheduler_metadata: expected a FlashMLASchedMeta (from get_mla_metadata), got "
               f"{type(sched_meta).__name__}")
-    if not sched_meta.have_initialized:
+    seen = sched_meta.__dict__.get("_smla_key")
+    if seen is None:
         sched_meta.have_initialized = True
-        sched_meta.config = config
-    elif sched_meta.config != config:
-        _fail(f"tile_scheduler_metadata: expected the shapes of its first call {sched_meta.config}, got {config}; "
-              "reuse a FlashMLASchedMeta only across calls with the same shapes")
+        sched_meta.config = make_config()
+        sched_meta._smla_key = key
+    elif seen != key:
+        _fail(f"tile_scheduler_metadata: expected the shapes of its first call {sched_meta.config}, got "
+              f"{make_config()}; reuse a FlashMLASchedMeta only across calls with the same shapes")
 
 
-def _cache(k_cache, name, is_fp8_kvcache, head_dim):
-    if k_cache.dim() != 4:
-        _fail(f"{name}: expected [num_blocks, page_block_size, 1, head_dim], got shape {list(k_cache.shape)}")
+def _format_code(k_cache, name, is_fp8_kvcache, head_dim):
     one_byte = k_cache.dtype in _ONE_BYTE
     if is_fp8_kvcache != one_byte:
         _fail(f"{name}: expected {'a uint8, int8 or float8_e4m3fn' if is_fp8_kvcache else 'a bfloat16'} cache "
               f"with is_fp8_kvcache={is_fp8_kvcache}, got {k_cache.dtype}")
     if not one_byte:
-        return KvCache(k_cache, "bf16-rows")
+        return _BF16_ROWS
     if head_dim == _V32_HEAD_DIM:
-        return KvCache(k_cache, "v32-fp8")
+        return _V32
     if head_dim == _V4_HEAD_DIM:
-        return KvCache(k_cache, "v4-fp8")
+        return _V4
     _fail(f"q: expected head_dim 512 (DeepSeek-V4) or 576 (V3.2) with an FP8 cache, got {head_dim}")
 
 
@@ -137,37 +139,44 @@ def flash_mla_with_kvcache(
         _fail("causal: expected False with sparse indices, got True")
     if head_dim_v != _VALUE_DIM:
         _fail(f"head_dim_v: expected 512, got {head_dim_v}")
-    if q.dim() != 4:
-        _fail(f"q: expected [batch_size, seq_len_q, num_heads_q, head_dim], got shape {list(q.shape)}")
-    b, s_q, h_q, d_qk = q.shape
+    shape = q.shape
+    if len(shape) != 4:
+        _fail(f"q: expected [batch_size, seq_len_q, num_heads_q, head_dim], got shape {list(shape)}")
+    if len(k_cache.shape) != 4:
+        _fail(f"k_cache: expected [num_blocks, page_block_size, 1, head_dim], got shape {list(k_cache.shape)}")
+    b, s_q, h_q, d_qk = shape
     topk = indices.shape[-1]
+    has_extra = extra_k_cache is not None
     extra_topk = extra_indices_in_kvcache.shape[-1] if extra_indices_in_kvcache is not None else None
-    _check_sched_meta(tile_scheduler_metadata, FlashMLASchedMeta.Config(
-        b, s_q, h_q, k_cache.shape[1], k_cache.shape[2] if k_cache.dim() == 4 else 1, causal, is_fp8_kvcache, topk,
-        extra_k_cache.shape[1] if extra_k_cache is not None else None, extra_topk))
-    if extra_k_cache is None and (extra_indices_in_kvcache is not None or extra_topk_length is not None):
+    extra_block = extra_k_cache.shape[1] if has_extra else None
+    key = (shape, k_cache.shape[1], k_cache.shape[2], causal, is_fp8_kvcache, topk, extra_block, extra_topk)
+    _check_sched_meta(tile_scheduler_metadata, key, lambda: FlashMLASchedMeta.Config(
+        b, s_q, h_q, k_cache.shape[1], k_cache.shape[2], causal, is_fp8_kvcache, topk, extra_block, extra_topk))
+    if not has_extra and (extra_indices_in_kvcache is not None or extra_topk_length is not None):
         _fail("extra_indices_in_kvcache / extra_topk_length: expected None without extra_k_cache")
-    if extra_k_cache is not None and extra_indices_in_kvcache is None:
+    if has_extra and extra_indices_in_kvcache is None:
         _fail("extra_indices_in_kvcache: required with extra_k_cache")
-    main_cache = _cache(k_cache, "k_cache", is_fp8_kvcache, d_qk)
-    extra_cache = _cache(extra_k_cache, "extra_k_cache", is_fp8_kvcache, d_qk) if extra_k_cache is not None else None
-    tokens = b * s_q
+    main_format = _format_code(k_cache, "k_cache", is_fp8_kvcache, d_qk)
+    extra_format = _format_code(extra_k_cache, "extra_k_cache", is_fp8_kvcache, d_qk) if has_extra else -1
     if out is None:
         out = torch.empty((b, s_q, h_q, _VALUE_DIM), dtype=torch.bfloat16, device=q.device)
-    elif tuple(out.shape) != (b, s_q, h_q, _VALUE_DIM):
-        _fail(f"out: expected shape {[b, s_q, h_q, _VALUE_DIM]}, got {list(out.shape)}")
     lse = torch.empty((b, s_q, h_q), dtype=torch.float32, device=q.device)
+    scale = d_qk ** -0.5 if softmax_scale is None else float(softmax_scale)
+    main_lengths, extra_lengths = _per_token(topk_length, s_q), _per_token(extra_topk_length, s_q)
+    # The extension takes FlashMLA's [b, s_q, ...] views as they are (it merges b and s_q).
+    args = [q, k_cache, main_format, 1.0, indices, main_lengths, extra_k_cache, extra_format, 1.0,
+            extra_indices_in_kvcache, extra_lengths, attn_sink, scale, out, lse, s_q, _AUTO]
     try:
-        out_rows = out.view(tokens, h_q, _VALUE_DIM)
-    except RuntimeError:
-        _fail("out: expected a tensor whose batch and seq_len_q dimensions can be merged without a copy")
-    _smla_torch.sparse_decode(
-        q.reshape(tokens, h_q, d_qk), main_cache, indices.reshape(tokens, topk),
-        main_lengths=_per_token(topk_length, s_q), extra_cache=extra_cache,
-        extra_indices=extra_indices_in_kvcache.reshape(tokens, extra_topk) if extra_topk is not None else None,
-        extra_lengths=_per_token(extra_topk_length, s_q), sink=attn_sink,
-        softmax_scale=d_qk ** -0.5 if softmax_scale is None else softmax_scale, out=out_rows,
-        lse=lse.view(tokens, h_q), queries_per_request=s_q)
+        _smla_torch.decode_op()(*args)
+    except _C.Error as error:
+        if "merge without a copy" not in str(error) or "out:" in str(error):
+            raise
+        # q or indices views whose b and s_q strides do not merge: merge them by copying.
+        args[0] = q.reshape(b * s_q, h_q, d_qk)
+        args[4] = indices.reshape(b * s_q, topk)
+        if has_extra:
+            args[9] = extra_indices_in_kvcache.reshape(b * s_q, extra_topk)
+        _smla_torch.decode_op()(*args)
     return out, lse.transpose(1, 2)
 
 

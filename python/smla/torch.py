@@ -20,6 +20,11 @@ from ._api import VALUE_DIM, backend_code, cache_parts, default_scale
 
 __all__ = ["sparse_decode", "sparse_prefill", "workspace_bytes"]
 
+# decode_op(q, main_pages, main_format, main_fp8_scale, main_indices, main_lengths, extra_pages,
+# extra_format, extra_fp8_scale, extra_indices, extra_lengths, sink, softmax_scale, out, lse,
+# queries_per_request, backend) -> None: the registered op while torch.compile traces, else the
+# direct call. smla.flash_mla calls it too.
+
 # device index -> (tensor, address, bytes)
 _workspaces = {}
 
@@ -48,22 +53,17 @@ def _grow_workspace(index, needed):
     return entry
 
 
+_NO_WORKSPACE = (None, 0, 0)
+
+
 def _call(entry, args, q, backend):
-    """Runs a _C entry; CUDA calls get the current stream and the cached workspace."""
+    """Runs a _C entry; CUDA calls get the current stream and the cached workspace of q's device
+    (the extension makes that device current for the call)."""
     if not q.is_cuda:
         entry(*args, backend, 0, 0, 0)
         return
     index = q.get_device()
-    workspace = _workspaces.get(index)
-    address, size = (workspace[1], workspace[2]) if workspace is not None else (0, 0)
-    if index != torch.cuda.current_device():
-        with torch.cuda.device(index):
-            _call_on_device(entry, args, index, backend, address, size)
-    else:
-        _call_on_device(entry, args, index, backend, address, size)
-
-
-def _call_on_device(entry, args, index, backend, address, size):
+    _, address, size = _workspaces.get(index, _NO_WORKSPACE)
     stream = _raw_stream(index)
     needed = entry(*args, backend, address, size, stream)
     if needed:
@@ -85,6 +85,10 @@ def _prefill_impl(q, kv, indices, topk_length, sink, softmax_scale, d_v, out, ma
 
 _decode_op = _decode_impl
 _prefill_op = _prefill_impl
+
+
+def decode_op():
+    return _decode_op if _is_compiling() else _decode_impl
 
 if hasattr(torch, "library") and hasattr(torch.library, "custom_op"):
     from typing import Optional

@@ -18,6 +18,23 @@ namespace {
 
 constexpr int kAutoBackend = -1;
 
+// Makes the tensors' device current for one call (as torch's device guard does), so callers
+// need not switch devices around every call.
+class ScopedDevice {
+ public:
+  explicit ScopedDevice(int device) { status_ = switch_device(device, &previous_); }
+  ~ScopedDevice() {
+    if (previous_ >= 0) (void)switch_device(previous_, nullptr);
+  }
+  ScopedDevice(const ScopedDevice&) = delete;
+  ScopedDevice& operator=(const ScopedDevice&) = delete;
+  const Status& status() const { return status_; }
+
+ private:
+  Status status_;
+  int previous_ = -1;
+};
+
 // "auto" follows the data: CUDA tensors run on cuda, host tensors on cpu.
 Backend pick_backend(int requested, const TensorView& q) {
   if (requested != kAutoBackend) return static_cast<Backend>(requested);
@@ -47,16 +64,21 @@ void fill_decode(DecodeCall& call, const py::handle& q, const py::handle& main_p
   PyTensorArgs& t = call.tensors;
   SparseDecodeArgs& a = call.args;
   a.q = t.view(q, "q");
+  merge_leading_dims(a.q, "q", 3);
   a.main_cache = t.cache(main_pages, "main_cache", main_format, main_fp8_scale);
   a.main_indices = t.view(main_indices, "main_indices");
+  merge_leading_dims(a.main_indices, "main_indices", 2);
   a.main_lengths = t.view(main_lengths, "main_lengths");
   if (!extra_pages.is_none()) a.extra_cache = t.cache(extra_pages, "extra_cache", extra_format, extra_fp8_scale);
   a.extra_indices = t.view(extra_indices, "extra_indices");
+  merge_leading_dims(a.extra_indices, "extra_indices", 2);
   a.extra_lengths = t.view(extra_lengths, "extra_lengths");
   a.sink = t.view(sink, "sink");
   a.softmax_scale = softmax_scale;
   a.out = t.view(out, "out", Access::kWrite);
+  merge_leading_dims(a.out, "out", 3);
   a.lse = t.view(lse, "lse", Access::kWrite);
+  merge_leading_dims(a.lse, "lse", 2);
   a.queries_per_request = queries_per_request;
 }
 
@@ -93,8 +115,12 @@ std::size_t run(const Args& args, int backend_code, std::uintptr_t workspace, st
   {
     py::gil_scoped_release release;
     if (backend == Backend::kCuda) {
-      status = cuda_fn(args, reinterpret_cast<void*>(workspace), workspace_bytes, reinterpret_cast<void*>(stream));
-      if (!status.ok()) {
+      const ScopedDevice device(args.q.device.index);
+      status = device.status();
+      if (status.ok()) {
+        status = cuda_fn(args, reinterpret_cast<void*>(workspace), workspace_bytes, reinterpret_cast<void*>(stream));
+      }
+      if (!status.ok() && device.status().ok()) {
         // A short workspace is the one failure the caller fixes by growing it and calling again.
         const Expected<std::size_t> size = size_fn(args);
         if (size.ok() && *size > workspace_bytes) needed = *size;
@@ -113,6 +139,8 @@ std::size_t workspace_size(const Args& args, int backend_code, SizeFn size_fn) {
   const Backend backend = pick_backend(backend_code, args.q);
   check_device_matches(backend, args.q);
   if (backend != Backend::kCuda) return 0;
+  const ScopedDevice device(args.q.device.index);
+  throw_if_error(device.status());
   const Expected<std::size_t> size = size_fn(args);
   throw_if_error(size.status());
   return *size;

@@ -67,22 +67,55 @@ struct Described {
   bool writable = true;
 };
 
+// Raw CPython calls with interned names: this runs for every tensor of every call, and
+// pybind11's attr("...") builds a new string each time (the host-overhead budget is ~1 us a tensor).
+struct TorchNames {
+  PyObject* dtype = PyUnicode_InternFromString("dtype");
+  PyObject* is_cuda = PyUnicode_InternFromString("is_cuda");
+  PyObject* is_cpu = PyUnicode_InternFromString("is_cpu");
+  PyObject* get_device = PyUnicode_InternFromString("get_device");
+  PyObject* data_ptr = PyUnicode_InternFromString("data_ptr");
+  PyObject* shape = PyUnicode_InternFromString("shape");
+  PyObject* stride = PyUnicode_InternFromString("stride");
+};
+
+py::object attr(const py::handle& object, PyObject* name) {
+  PyObject* value = PyObject_GetAttr(object.ptr(), name);
+  if (value == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::object>(value);
+}
+
+py::object call_method(const py::handle& object, PyObject* name) {
+  PyObject* value = PyObject_CallMethodObjArgs(object.ptr(), name, nullptr);
+  if (value == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::object>(value);
+}
+
+std::vector<std::int64_t> int_tuple(const py::object& tuple) {
+  if (!PyTuple_Check(tuple.ptr())) return tuple.cast<std::vector<std::int64_t>>();
+  const Py_ssize_t n = PyTuple_GET_SIZE(tuple.ptr());
+  std::vector<std::int64_t> values(static_cast<std::size_t>(n));
+  for (Py_ssize_t i = 0; i < n; ++i) values[static_cast<std::size_t>(i)] = PyLong_AsLongLong(PyTuple_GET_ITEM(tuple.ptr(), i));
+  return values;
+}
+
 Described describe_torch(const py::handle& object, const TorchTypes& torch, std::string_view name) {
+  static const TorchNames* names = new TorchNames();  // lives as long as the interpreter
   Described d;
-  PyObject* dtype = object.attr("dtype").ptr();
+  const py::object dtype = attr(object, names->dtype);
   for (const auto& [key, type] : torch.dtypes) {
-    if (key == dtype) d.type = type;
+    if (key == dtype.ptr()) d.type = type;
   }
-  if (!d.type.dtype && !d.type.is_int8) d.type.name = py::str(object.attr("dtype"));
-  if (object.attr("is_cuda").cast<bool>()) {
-    d.device = device_of(1, object.attr("get_device")().cast<std::int64_t>());
-  } else if (!object.attr("is_cpu").cast<bool>()) {
+  if (!d.type.dtype && !d.type.is_int8) d.type.name = py::str(dtype);
+  if (attr(object, names->is_cuda).ptr() == Py_True) {
+    d.device = device_of(1, PyLong_AsLongLong(call_method(object, names->get_device).ptr()));
+  } else if (attr(object, names->is_cpu).ptr() != Py_True) {
     fail(fmt::format("{}: expected a CPU or CUDA tensor, got a tensor on {}", name,
                      std::string(py::str(object.attr("device")))));
   }
-  d.data = reinterpret_cast<void*>(object.attr("data_ptr")().cast<std::uintptr_t>());
-  d.shape = object.attr("shape").cast<std::vector<std::int64_t>>();
-  d.stride = object.attr("stride")().cast<std::vector<std::int64_t>>();
+  d.data = PyLong_AsVoidPtr(call_method(object, names->data_ptr).ptr());
+  d.shape = int_tuple(attr(object, names->shape));
+  d.stride = int_tuple(call_method(object, names->stride));
   return d;
 }
 
@@ -220,8 +253,8 @@ KvCacheView PyTensorArgs::cache(const py::handle& object, std::string_view name,
   check_writable(d, name, access);
   if (d.shape.size() == 4) {
     if (d.shape[2] != 1) {
-      fail(fmt::format("{}: expected [num_blocks, block_size, 1, row] (one KV head), got shape [{}]", name,
-                       fmt::join(d.shape, ", ")));
+      fail(fmt::format("{}: expected [num_blocks, block_size, 1, row] (one KV head), got {} blocks x {} x {} heads",
+                       name, d.shape[0], d.shape[1], d.shape[2]));
     }
     d.shape.erase(d.shape.begin() + 2);
     d.stride.erase(d.stride.begin() + 2);
@@ -252,6 +285,26 @@ KvCacheView PyTensorArgs::cache(const py::handle& object, std::string_view name,
                                                                         : d.type.dtype.value_or(DType::kU8);
   cache.pages = to_view(d, storage, name);
   return cache;
+}
+
+void merge_leading_dims(TensorView& view, std::string_view name, int rank) {
+  if (view.rank != rank + 1) return;
+  // [b, s_q, ...] -> [b * s_q, ...] when the two strides allow it without a copy.
+  const bool mergeable = view.shape[0] <= 1 || view.shape[1] <= 1 || view.stride[0] == view.stride[1] * view.shape[1];
+  if (!mergeable) {
+    fail(fmt::format("{}: expected [b, s_q, ...] whose first two dimensions merge without a copy, got {}", name,
+                     view.describe()));
+  }
+  const std::int64_t inner_stride = view.shape[1] <= 1 ? view.stride[0] : view.stride[1];
+  view.shape[0] *= view.shape[1];
+  view.stride[0] = inner_stride;
+  for (int i = 1; i < rank; ++i) {
+    view.shape[static_cast<std::size_t>(i)] = view.shape[static_cast<std::size_t>(i) + 1];
+    view.stride[static_cast<std::size_t>(i)] = view.stride[static_cast<std::size_t>(i) + 1];
+  }
+  view.shape[static_cast<std::size_t>(rank)] = 0;
+  view.stride[static_cast<std::size_t>(rank)] = 0;
+  view.rank = rank;
 }
 
 RawBuffer raw_buffer(const py::handle& object, std::string_view name) {

@@ -41,6 +41,11 @@ class PyTensorArgs {
   std::vector<py::object> keep_alive_;
 };
 
+// FlashMLA's layouts: a view of rank `rank` + 1 whose first two dimensions are [b, s_q]
+// becomes rank `rank` with b * s_q rows, when its strides allow that without a copy (else
+// SmlaError naming it). Views of any other rank are left as they are.
+void merge_leading_dims(TensorView& view, std::string_view name, int rank);
+
 // Raw address and byte size of a contiguous buffer (a workspace).
 struct RawBuffer {
   std::uintptr_t address = 0;

@@ -40,7 +40,7 @@ def test_caller_buffers_match_the_owning_builder():
                        swa_block_table=np.array([[1, 0], [4, 5]], np.int32))
     config = small_config()
     md = metadata.make_step_metadata(batch, config)
-    buffers = {name: np.full_like(md[name], -7) for name in md if name != "counts"}
+    buffers = {name: np.full_like(md[name], 0x5A) for name in md if name != "counts"}  # poisoned
     counts = metadata.build_step_metadata(batch, config, buffers)
     assert counts == md["counts"]
     for name, value in buffers.items():
