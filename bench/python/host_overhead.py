@@ -112,6 +112,7 @@ def main():
     results = {
         "card": torch.cuda.get_device_name(),
         "torch": torch.__version__,
+        "torch_tensors_read_through": "DLPack C exchange API" if smla._C.torch_exchange_api() else "attributes",
         "case": f"V4 decode b={b} h_q={h} window 128 + compressed 512, sink, lengths",
         "smla_torch_host_us": statistics.median(host_times(smla_call, args.iters)) * 1e6,
         "flash_mla_host_us": statistics.median(host_times(flash_mla_call, args.iters)) * 1e6,

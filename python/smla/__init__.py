@@ -51,7 +51,8 @@ def info():
 
     Returns a dict: ``version``, ``compiled_backends`` (built into this
     extension), ``available_backends`` (compiled and usable here: cuda needs a
-    device), ``cuda_devices`` (index, name, compute capability, SMs, memory)
+    device), ``cuda_devices`` (index, name, compute capability, SMs, memory),
+    ``torch_exchange_api`` (torch tensors read through DLPack's C exchange API, torch >= 2.10)
     and ``kv_formats`` (name -> kv_format_info).
     """
     return {
@@ -59,6 +60,7 @@ def info():
         "compiled_backends": list(_C.compiled_backends()),
         "available_backends": list(_C.available_backends()),
         "cuda_devices": list(_C.cuda_devices()),
+        "torch_exchange_api": bool(_C.torch_exchange_api()),
         "kv_formats": {name: kv_format_info(name) for name in KV_FORMATS},
     }
 

@@ -68,6 +68,7 @@ PYBIND11_MODULE(_C, m) {
     return names;
   });
   m.def("cuda_devices", &cuda_devices);
+  m.def("torch_exchange_api", &smla::python::torch_exchange_api_available);
   m.def("backend_code", [](const std::string& name) {
     if (name == "auto") return -1;
     const smla::Expected<smla::Backend> backend = smla::parse_backend(name);

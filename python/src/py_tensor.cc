@@ -14,6 +14,43 @@ namespace {
 // DLPack 0.6 (Debian's header) predates the float8 codes; 1.1 numbers them.
 constexpr std::uint8_t kDLFloat8E4m3fn = 10;
 
+// DLPack 1.3's C exchange API (absent from Debian's 0.6 header, so declared here from the
+// spec): a producer type publishes `__dlpack_c_exchange_api__`, a "dlpack_exchange_api"
+// capsule of this table, whose dltensor_from_py_object_no_sync fills a borrowed DLTensor in
+// tens of nanoseconds -- a tenth of reading a torch.Tensor's attributes. DLTensor itself is
+// unchanged since 0.6.
+struct ExchangeApiHeader {
+  std::uint32_t major;
+  std::uint32_t minor;
+  ExchangeApiHeader* prev_api;
+};
+struct ExchangeApi {
+  ExchangeApiHeader header;
+  void* managed_tensor_allocator;
+  void* managed_tensor_from_py_object_no_sync;
+  void* managed_tensor_to_py_object_no_sync;
+  int (*dltensor_from_py_object_no_sync)(void* py_object, DLTensor* out);
+  int (*current_work_stream)(int device_type, std::int32_t device_id, void** out_stream);
+};
+
+using DlTensorFromObject = int (*)(void*, DLTensor*);
+
+// The table's tensor view function, or nullptr when `type` publishes no usable table.
+DlTensorFromObject exchange_view_function(const py::handle& type) {
+  PyObject* capsule = PyObject_GetAttrString(type.ptr(), "__dlpack_c_exchange_api__");
+  if (capsule == nullptr) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  const auto* api = static_cast<const ExchangeApi*>(PyCapsule_GetPointer(capsule, "dlpack_exchange_api"));
+  Py_DECREF(capsule);  // the table lives as long as the process (the spec's rule)
+  if (api == nullptr) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  return api->header.major == 1 ? api->dltensor_from_py_object_no_sync : nullptr;
+}
+
 // An element type as a foreign library names it. int8 has no smla dtype; caches
 // accept it as raw bytes (FlashMLA passes int8 / uint8 / float8 caches alike).
 struct ForeignType {
@@ -29,6 +66,7 @@ std::string type_name(const py::handle& object) { return py::str(py::type::handl
 // torch is never imported here: its types are looked up once the caller has imported it.
 struct TorchTypes {
   PyObject* tensor_type = nullptr;
+  DlTensorFromObject view_function = nullptr;  // torch >= 2.10: DLPack's C exchange API
   std::vector<std::pair<PyObject*, ForeignType>> dtypes;
 };
 
@@ -41,6 +79,7 @@ const TorchTypes* torch_types() {
   auto* types = new TorchTypes();  // lives as long as the interpreter (never freed on purpose)
   py::handle module(torch);
   types->tensor_type = py::object(module.attr("Tensor")).release().ptr();
+  types->view_function = exchange_view_function(types->tensor_type);
   const std::pair<const char*, ForeignType> table[] = {
       {"bfloat16", {DType::kBF16, false, "bfloat16"}}, {"float16", {DType::kF16, false, "float16"}},
       {"float32", {DType::kF32, false, "float32"}},    {"float64", {DType::kF64, false, "float64"}},
@@ -86,7 +125,7 @@ py::object attr(const py::handle& object, PyObject* name) {
 }
 
 py::object call_method(const py::handle& object, PyObject* name) {
-  PyObject* value = PyObject_CallMethodObjArgs(object.ptr(), name, nullptr);
+  PyObject* value = PyObject_CallMethodNoArgs(object.ptr(), name);
   if (value == nullptr) throw py::error_already_set();
   return py::reinterpret_steal<py::object>(value);
 }
@@ -172,13 +211,34 @@ ForeignType dlpack_type(const DLDataType& t) {
   return type;
 }
 
-Described describe_dlpack(const py::handle& object, std::string_view name, std::vector<py::object>& keep_alive) {
+void check_dlpack_device(int device_type, std::string_view name) {
+  if (device_type != kDLCPU && device_type != kDLCUDA && device_type != kDLCUDAHost && device_type != kDLCUDAManaged) {
+    fail(fmt::format("{}: expected a CPU or CUDA tensor, got DLPack device type {}", name, device_type));
+  }
+}
+
+// A DLTensor the caller borrows from a live object: everything is copied out.
+Described describe_dltensor(const DLTensor& t, std::string_view name) {
+  check_dlpack_device(t.device.device_type, name);
   Described d;
+  d.type = dlpack_type(t.dtype);
+  const bool cuda = t.device.device_type == kDLCUDA || t.device.device_type == kDLCUDAManaged;
+  d.device = device_of(cuda, t.device.device_id);
+  d.data = static_cast<char*>(t.data) + t.byte_offset;
+  d.shape.assign(t.shape, t.shape + t.ndim);
+  if (t.strides == nullptr) {  // row-major
+    d.stride.assign(d.shape.size(), 1);
+    for (int i = t.ndim - 2; i >= 0; --i) d.stride[i] = d.stride[i + 1] * d.shape[i + 1];
+  } else {
+    d.stride.assign(t.strides, t.strides + t.ndim);
+  }
+  return d;
+}
+
+Described describe_dlpack(const py::handle& object, std::string_view name, std::vector<py::object>& keep_alive) {
   const auto device = object.attr("__dlpack_device__")().cast<std::pair<int, std::int64_t>>();
   const int device_type = device.first;
-  if (device_type != kDLCPU && device_type != kDLCUDA && device_type != kDLCUDAHost && device_type != kDLCUDAManaged) {
-    fail(fmt::format("{}: expected a CPU or CUDA array, got DLPack device type {}", name, device_type));
-  }
+  check_dlpack_device(device_type, name);
   const bool cuda = device_type == kDLCUDA || device_type == kDLCUDAManaged;
   // stream=-1: the caller orders its own streams; the producer must not synchronize.
   py::object capsule = cuda ? object.attr("__dlpack__")(py::arg("stream") = -1) : object.attr("__dlpack__")();
@@ -188,23 +248,17 @@ Described describe_dlpack(const py::handle& object, std::string_view name, std::
     fail(fmt::format("{}: __dlpack__ did not return an unused 'dltensor' capsule", name));
   }
   keep_alive.push_back(capsule);  // the producer frees it when the capsule dies unconsumed
-  const DLTensor& t = managed->dl_tensor;
-  d.type = dlpack_type(t.dtype);
-  d.device = device_of(cuda, t.device.device_id);
-  d.data = static_cast<char*>(t.data) + t.byte_offset;
-  for (int i = 0; i < t.ndim; ++i) d.shape.push_back(t.shape[i]);
-  if (t.strides == nullptr) {  // row-major
-    d.stride.assign(d.shape.size(), 1);
-    for (int i = t.ndim - 2; i >= 0; --i) d.stride[i] = d.stride[i + 1] * d.shape[i + 1];
-  } else {
-    for (int i = 0; i < t.ndim; ++i) d.stride.push_back(t.strides[i]);
-  }
-  return d;
+  return describe_dltensor(managed->dl_tensor, name);
 }
 
 Described describe(const py::handle& object, std::string_view name, std::vector<py::object>& keep_alive) {
   if (const TorchTypes* torch = torch_types(); torch != nullptr &&
       PyObject_IsInstance(object.ptr(), torch->tensor_type) == 1) {
+    if (torch->view_function != nullptr) {
+      DLTensor view{};
+      if (torch->view_function(object.ptr(), &view) == 0) return describe_dltensor(view, name);
+      PyErr_Clear();  // e.g. a device DLPack cannot name: the attribute path says which
+    }
     return describe_torch(object, *torch, name);
   }
   if (py::isinstance<py::array>(object)) return describe_numpy(py::reinterpret_borrow<py::array>(object), name);
@@ -319,6 +373,11 @@ RawBuffer raw_buffer(const py::handle& object, std::string_view name) {
     count *= d.shape[i];
   }
   return RawBuffer{reinterpret_cast<std::uintptr_t>(d.data), static_cast<std::size_t>(count) * element, d.device};
+}
+
+bool torch_exchange_api_available() {
+  const TorchTypes* torch = torch_types();
+  return torch != nullptr && torch->view_function != nullptr;
 }
 
 void throw_if_error(const Status& status) {

@@ -54,6 +54,10 @@ struct RawBuffer {
 };
 RawBuffer raw_buffer(const py::handle& object, std::string_view name);
 
+// Whether torch tensors are read through DLPack's C exchange API (torch >= 2.10) rather than
+// their Python attributes; false until torch is imported.
+bool torch_exchange_api_available();
+
 // Throws SmlaError with the status message when it failed.
 void throw_if_error(const Status& status);
 

@@ -18,6 +18,7 @@
 #include <climits>
 #include <cstdint>
 
+#include "src/cuda/func_attributes.h"
 #include "src/cuda/pack_union.h"
 #include "src/cuda/sparse_attention_kernel.cuh"
 
@@ -218,7 +219,7 @@ std::size_t pack_union_smem_bytes(int capacity) {
 cudaError_t launch_pack_union(const SparseAttentionParams& params, cudaStream_t stream) {
   const int smem = static_cast<int>(pack_union_smem_bytes(params.pack_capacity));
   if (smem == 0 || params.pack_tokens < 2 || params.num_tokens % params.pack_tokens != 0) return cudaErrorInvalidValue;
-  const cudaError_t status = cudaFuncSetAttribute(pack_union_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  const cudaError_t status = ensure_dynamic_smem(pack_union_kernel, smem);
   if (status != cudaSuccess) return status;
   pack_union_kernel<<<params.num_tokens / params.pack_tokens, kPackThreads, smem, stream>>>(params);
   return cudaGetLastError();

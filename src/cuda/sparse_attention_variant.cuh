@@ -2,6 +2,7 @@
 // per-loader instantiation files only).
 #pragma once
 
+#include "src/cuda/func_attributes.h"
 #include "src/cuda/sparse_attention_kernel.cuh"
 #include "src/cuda/sparse_attention_launch.h"
 
@@ -9,8 +10,7 @@ namespace smla::cuda {
 
 template <class Loader, int kRows>
 cudaError_t set_smem_limit(int smem_bytes) {
-  return cudaFuncSetAttribute(sparse_attention_kernel<Loader, kRows>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              smem_bytes);
+  return ensure_dynamic_smem(sparse_attention_kernel<Loader, kRows>, smem_bytes);
 }
 
 template <class Loader, int kRows>

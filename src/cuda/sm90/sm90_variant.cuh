@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "src/cuda/func_attributes.h"
 #include "src/cuda/sm90/sm90_attention.h"
 #include "src/cuda/sm90/sm90_attention_kernel.cuh"
 
@@ -28,7 +29,7 @@ template <class Loader>
 cudaError_t launch_sm90_attention(const SparseAttentionParams& params, dim3 grid, int smem_bytes, cudaStream_t stream) {
   if (grid.y == 2 && sm90_pair_head_blocks()) {
     auto* kernel = sm90_attention_kernel<Loader, false, true>;
-    const cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+    const cudaError_t status = ensure_dynamic_smem(kernel, smem_bytes);
     if (status != cudaSuccess) return status;
     cudaLaunchAttribute cluster{};
     cluster.id = cudaLaunchAttributeClusterDimension;
@@ -46,7 +47,7 @@ cudaError_t launch_sm90_attention(const SparseAttentionParams& params, dim3 grid
   }
   const bool token_major = sm90_token_major_order();
   auto* kernel = token_major ? sm90_attention_kernel<Loader, true, false> : sm90_attention_kernel<Loader, false, false>;
-  const cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+  const cudaError_t status = ensure_dynamic_smem(kernel, smem_bytes);
   if (status != cudaSuccess) return status;
   kernel<<<grid, kThreads, smem_bytes, stream>>>(params);
   return cudaGetLastError();
@@ -55,7 +56,7 @@ cudaError_t launch_sm90_attention(const SparseAttentionParams& params, dim3 grid
 template <class Loader>
 cudaError_t sm90_attention_blocks_per_sm(int smem_bytes, int* blocks) {
   auto* kernel = sm90_attention_kernel<Loader, true, false>;
-  const cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+  const cudaError_t status = ensure_dynamic_smem(kernel, smem_bytes);
   if (status != cudaSuccess) return status;
   return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, kernel, kThreads, smem_bytes);
 }
