@@ -242,3 +242,53 @@ def test_info_lists_backends_and_formats():
     assert info["version"] == smla.__version__
     assert {"reference", "cpu"} <= set(info["available_backends"])
     assert set(info["kv_formats"]) == set(smla.KV_FORMATS)
+
+
+# ---------------------------------------------------------------------------------------------
+# Python and the C++ entry points: the same bits. The C++ side runs through `smla replay`
+# (tools/smla), which CTest names in SMLA_CLI.
+
+def _replay(tmp_path, manifest, arrays, backend):
+    import json
+    import os
+    import subprocess
+
+    cli = os.environ.get("SMLA_CLI")
+    if not cli:
+        pytest.skip("SMLA_CLI (the smla binary) is not set: run through CTest")
+    for name, value in arrays.items():
+        if value is not None:
+            np.save(tmp_path / f"{name}.npy", np.ascontiguousarray(value))
+            manifest[name] = f"{name}.npy"
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    subprocess.run([cli, "replay", str(tmp_path), "--backend", backend], check=True, capture_output=True)
+    return {name: np.load(tmp_path / f"{name}.npy") for name in ("out", "lse", "max_logits")
+            if (tmp_path / f"{name}.npy").exists()}
+
+
+@pytest.mark.parametrize("backend", HOST_BACKENDS)
+def test_decode_equals_the_cpp_entry_point_bitwise(rng, tmp_path, backend):
+    case = decode_case(rng, fmt="v4-fp8", heads=8)
+    out, lse = smla.sparse_decode(case["q"], case["main_cache"], case["main_indices"], backend=backend,
+                                  **decode_kwargs(case))
+    dense = lambda cache: np.ascontiguousarray(cache.pages)  # noqa: E731  (replay stores pages densely)
+    cpp = _replay(tmp_path, {"op": "sparse_decode", "format": "v4-fp8", "softmax_scale": case["softmax_scale"]},
+                  {"q": case["q"], "main_cache": dense(case["main_cache"]), "main_indices": case["main_indices"],
+                   "main_lengths": case["main_lengths"], "extra_cache": dense(case["extra_cache"]),
+                   "extra_indices": case["extra_indices"], "extra_lengths": case["extra_lengths"],
+                   "sink": case["sink"]}, backend)
+    assert np.array_equal(cpp["out"], out) and np.array_equal(cpp["lse"], lse, equal_nan=True)
+
+
+@pytest.mark.parametrize("backend", HOST_BACKENDS)
+def test_prefill_equals_the_cpp_entry_point_bitwise(rng, tmp_path, backend):
+    case = prefill_case(rng)
+    out, max_logits, lse = smla.sparse_prefill(case["q"], case["kv"], case["indices"],
+                                               topk_length=case["topk_length"], sink=case["sink"],
+                                               softmax_scale=case["softmax_scale"], backend=backend)
+    cpp = _replay(tmp_path, {"op": "sparse_prefill", "softmax_scale": case["softmax_scale"]},
+                  {"q": case["q"], "kv": case["kv"], "indices": case["indices"], "topk_length": case["topk_length"],
+                   "sink": case["sink"]}, backend)
+    assert np.array_equal(cpp["out"], out)
+    assert np.array_equal(cpp["lse"], lse, equal_nan=True)
+    assert np.array_equal(cpp["max_logits"], max_logits, equal_nan=True)

@@ -74,3 +74,20 @@ def test_torch_bad_inputs(rng):
         smla_torch.sparse_decode(q, cache, idx, backend="cuda")
     with pytest.raises(smla.Error, match="main_cache"):
         smla_torch.sparse_decode(q, smla.KvCache(torch.zeros(2, 2, 3, 584, dtype=torch.uint8)), idx)
+
+
+@pytest.mark.parametrize("dtype_name", ["uint8", "int8", "float8_e4m3fn"])
+def test_byte_cache_dtypes_give_the_same_bits(rng, dtype_name):
+    dtype = getattr(torch, dtype_name, None)
+    if dtype is None:
+        pytest.skip(f"torch {torch.__version__} has no {dtype_name}")
+    case = decode_case(rng, extra=False)
+    q, idx = to_torch(case["q"]), to_torch(case["main_indices"])
+    cache = to_torch(case["main_cache"])
+    kwargs = torch_kwargs(case)
+    base_out, base_lse = smla_torch.sparse_decode(q, cache, idx, **kwargs)
+    retyped = smla.KvCache(cache.pages.view(dtype), "v4-fp8")
+    out, lse = smla_torch.sparse_decode(q, retyped, idx, **kwargs)
+    assert torch.equal(out, base_out) and torch.equal(lse, base_lse)
+    inferred, _ = smla_torch.sparse_decode(q, cache.pages.view(dtype), idx, **kwargs)  # format from the row size
+    assert torch.equal(inferred, base_out)
