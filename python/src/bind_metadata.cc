@@ -31,20 +31,26 @@ BatchDescription batch_from(PyTensorArgs& t, const py::handle& batch) {
 bool on_cuda(const TensorView& view) { return view.present() && view.device.kind == DeviceKind::kCuda; }
 void* stream_ptr(std::uintptr_t stream) { return reinterpret_cast<void*>(stream); }
 
-py::dict counts_dict(const StepCounts& c) {
+// A struct of int64 fields as a dict, keyed by the C++ field names.
+template <class S>
+py::dict fields_dict(const S& s, std::initializer_list<std::pair<const char*, std::int64_t S::*>> fields) {
   py::dict d;
-  d["num_reqs"] = c.num_reqs;
-  d["num_tokens"] = c.num_tokens;
-  d["num_actual_tokens"] = c.num_actual_tokens;
-  d["num_decodes"] = c.num_decodes;
-  d["num_prefills"] = c.num_prefills;
-  d["num_decode_tokens"] = c.num_decode_tokens;
-  d["num_prefill_tokens"] = c.num_prefill_tokens;
-  d["max_query_len"] = c.max_query_len;
-  d["max_decode_query_len"] = c.max_decode_query_len;
-  d["max_prefill_query_len"] = c.max_prefill_query_len;
-  d["max_seq_len"] = c.max_seq_len;
+  for (const auto& [name, member] : fields) d[name] = s.*member;
   return d;
+}
+
+py::dict counts_dict(const StepCounts& c) {
+  return fields_dict(c, {{"num_reqs", &StepCounts::num_reqs},
+                         {"num_tokens", &StepCounts::num_tokens},
+                         {"num_actual_tokens", &StepCounts::num_actual_tokens},
+                         {"num_decodes", &StepCounts::num_decodes},
+                         {"num_prefills", &StepCounts::num_prefills},
+                         {"num_decode_tokens", &StepCounts::num_decode_tokens},
+                         {"num_prefill_tokens", &StepCounts::num_prefill_tokens},
+                         {"max_query_len", &StepCounts::max_query_len},
+                         {"max_decode_query_len", &StepCounts::max_decode_query_len},
+                         {"max_prefill_query_len", &StepCounts::max_prefill_query_len},
+                         {"max_seq_len", &StepCounts::max_seq_len}});
 }
 
 template <class T>
@@ -108,14 +114,17 @@ void run_released(Fn&& fn) {
 }
 
 py::dict workspace_dict(const PrefillWorkspaceShape& w) {
-  py::dict d;
-  d["chunk_reqs"] = w.chunk_reqs;
-  d["compressed_rows"] = w.compressed_rows;
-  d["rows"] = w.rows;
-  d["head_dim"] = w.head_dim;
-  d["index_rows"] = w.index_rows;
-  d["index_width"] = w.index_width;
-  return d;
+  using W = PrefillWorkspaceShape;
+  return fields_dict(w, {{"chunk_reqs", &W::chunk_reqs}, {"compressed_rows", &W::compressed_rows}, {"rows", &W::rows},
+                         {"head_dim", &W::head_dim}, {"index_rows", &W::index_rows},
+                         {"index_width", &W::index_width}});
+}
+
+py::dict chunk_dict(const PrefillChunk& c) {
+  using C = PrefillChunk;
+  return fields_dict(c, {{"req_begin", &C::req_begin}, {"req_end", &C::req_end}, {"token_begin", &C::token_begin},
+                         {"token_end", &C::token_end}, {"compressed_rows", &C::compressed_rows},
+                         {"workspace_rows", &C::workspace_rows}});
 }
 
 }  // namespace
@@ -244,16 +253,7 @@ void bind_metadata(py::module_& m) {
     const auto plan = prefill_chunk_plan(b, config, compress_ratio, adaptive ? ChunkPolicy::kAdaptive : ChunkPolicy::kFixed);
     throw_if_error(plan.status());
     py::list chunks;
-    for (const PrefillChunk& c : *plan) {
-      py::dict d;
-      d["req_begin"] = c.req_begin;
-      d["req_end"] = c.req_end;
-      d["token_begin"] = c.token_begin;
-      d["token_end"] = c.token_end;
-      d["compressed_rows"] = c.compressed_rows;
-      d["workspace_rows"] = c.workspace_rows;
-      chunks.append(d);
-    }
+    for (const PrefillChunk& c : *plan) chunks.append(chunk_dict(c));
     return chunks;
   });
   m.def("static_prefill_workspace", [](const StepConfig& config, int compress_ratio) {
