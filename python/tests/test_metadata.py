@@ -76,3 +76,32 @@ def test_v32_request_to_global_indices_by_hand():
     metadata.v32_request_to_global_indices(req_indices, np.array([0], np.int32), np.array([[5, 9]], np.int32), 16,
                                            out)
     assert out.tolist() == [[80, 145, -1, 144]]
+
+
+def test_prefill_chunk_and_combined_indices_by_hand():
+    # request 1 prefills positions 2..4 (seq_len 5, window 4): its workspace holds positions 0..4.
+    batch = smla.Batch(query_lens=np.array([1, 3], np.int32), seq_lens=np.array([11, 5], np.int32),
+                       swa_block_table=np.array([[7], [2]], np.int32))
+    config = small_config()
+    chunks = metadata.prefill_chunk_plan(batch, config, 1)
+    assert chunks == [dict(req_begin=1, req_end=2, token_begin=1, token_end=4, compressed_rows=0, workspace_rows=5)]
+    shape = metadata.chunk_prefill_workspace(config, 1, chunks[0])
+    assert (shape["rows"], shape["index_rows"], shape["index_width"]) == (5, 3, 128)
+    indices = np.full((3, 128), 77, np.int32)
+    lens = np.zeros(3, np.int32)
+    metadata.combine_topk_swa_indices(batch, config, 1, chunks[0], 0, 5, None, indices, lens)
+    assert indices[:, :5].tolist() == [[0, 1, 2, -1, -1], [0, 1, 2, 3, -1], [1, 2, 3, 4, -1]]
+    assert np.all(indices[:, 5:] == -1) and lens.tolist() == [3, 4, 4]
+
+
+def test_dequantize_and_gather_reads_through_the_block_table(rng):
+    cache = smla.new_cache("v4-fp8", 2, 4)
+    smla.quantize_into_cache(cache, rng.standard_normal((8, 512)).astype(np.float32), np.arange(8, dtype=np.int32))
+    out = np.full((1, 4, 512), 0x7FC0, np.uint16)
+    # positions 3, 4, 5 of a request of 6 tokens whose pages are [1, 0]: slots 7, 0, 1.
+    metadata.dequantize_and_gather(cache, np.array([6], np.int32), np.array([3], np.int32),
+                                   np.array([[1, 0]], np.int32), out)
+    expected = np.zeros((3, 512), np.uint16)
+    smla.gather_from_cache(cache, np.array([7, 0, 1], np.int32), expected)
+    assert np.array_equal(out[0, :3], expected)
+    assert np.all(out[0, 3] == 0x7FC0)  # rows outside the gathered range are not touched
