@@ -138,3 +138,27 @@ def test_workspace_is_cached_and_reported(rng):
     size = smla.sparse_decode_workspace_size(q, to_torch(case["main_cache"], "cuda"),
                                              to_torch(case["main_indices"], "cuda"), out=out, **cuda_kwargs(case))
     assert size <= first
+
+
+def test_cupy_arrays_through_dlpack_on_a_caller_stream(rng):
+    """The framework-neutral route: CuPy arrays (DLPack), caller-owned workspace and stream."""
+    cupy = pytest.importorskip("cupy")
+    case = decode_case(rng, tokens=4, heads=16, k_main=20)
+    dev = lambda a: None if a is None else cupy.asarray(np.ascontiguousarray(a))  # noqa: E731
+    q, idx = dev(case["q"]), dev(case["main_indices"])  # bf16 as uint16 bits
+    main = smla.KvCache(dev(case["main_cache"].pages), "v4-fp8")
+    extra = smla.KvCache(dev(case["extra_cache"].pages), "v4-fp8")
+    kwargs = dict(main_lengths=dev(case["main_lengths"]), extra_cache=extra, extra_indices=dev(case["extra_indices"]),
+                  extra_lengths=dev(case["extra_lengths"]), sink=dev(case["sink"]),
+                  softmax_scale=case["softmax_scale"])
+    out = cupy.full((4, 16, 512), 0x7FC0, dtype=cupy.uint16)
+    lse = cupy.full((4, 16), np.nan, dtype=cupy.float32)
+    size = smla.sparse_decode_workspace_size(q, main, idx, out=out, lse=lse, **kwargs)
+    stream = cupy.cuda.Stream(non_blocking=True)
+    if size:
+        with pytest.raises(smla.Error, match="workspace"):
+            smla.sparse_decode(q, main, idx, out=out, lse=lse, stream=stream, **kwargs)
+    workspace = cupy.empty(max(size, 1), dtype=cupy.uint8)
+    smla.sparse_decode(q, main, idx, out=out, lse=lse, workspace=workspace, stream=stream, **kwargs)
+    stream.synchronize()
+    assert_close(bf16_bits_to_f64(cupy.asnumpy(out)), cupy.asnumpy(lse), *case["expected"])
