@@ -1,0 +1,95 @@
+#!/usr/bin/env python3
+"""Writes one side-by-side run as bench/results/<date>-<card>-<commit>.json.
+
+Inputs are the two tools' outputs from ONE device call on one GPU: smla's
+`smla_bench_cuda --json FILE` and the peer's `flashmla_peer.csv` (../shared/peer/run.sh).
+Each smla case is matched with the FlashMLA case that serves the same step:
+  CONFIGn -> MODEL1_CONFIGn, SQ1-CONFIGn -> MODEL1_CONFIGn_SQ1, V3.2 -> V32,
+  TP-hN -> TP_PAD64 (FlashMLA must pad a TP shard to 64 heads), same b;
+  prefill PF-/PFD-V4-h64 -> PF_MODEL1_C1_h64_k512, PF-/PFD-V4-h128 -> PF_MODEL1_C2_h128_k1024,
+  PF-/PFD-V32-h128 -> PF_V32_h128_k2048, same s_kv (FlashMLA's bf16-workspace kernel alone).
+Cases without a peer counterpart (MTP packing) keep peer_us null.
+
+  bench/side_by_side.py --smla gpu_bench.json --peer flashmla_peer.csv --commit abc1234 [--out DIR]
+"""
+
+import argparse
+import csv
+import datetime
+import json
+import os
+import re
+
+DECODE_PEER = {"V3.2": "V32"}
+PREFILL_PEER = {"V4-h64": "PF_MODEL1_C1_h64_k512", "V4-h128": "PF_MODEL1_C2_h128_k1024",
+                "V32-h128": "PF_V32_h128_k2048"}
+
+
+def decode_peer_case(label):
+    if label in DECODE_PEER:
+        return DECODE_PEER[label]
+    if re.fullmatch(r"CONFIG\d", label):
+        return "MODEL1_" + label
+    match = re.fullmatch(r"SQ1-(CONFIG\d)", label)
+    if match:
+        return f"MODEL1_{match.group(1)}_SQ1"
+    if re.fullmatch(r"TP-h\d+", label):
+        return "TP_PAD64"
+    return None
+
+
+def prefill_peer_case(label):
+    match = re.fullmatch(r"PFD?-(.+)", label)
+    return PREFILL_PEER.get(match.group(1)) if match else None
+
+
+def card_slug(name):
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smla", required=True)
+    parser.add_argument("--peer", required=True)
+    parser.add_argument("--commit", required=True)
+    parser.add_argument("--date", default=datetime.date.today().isoformat())
+    parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
+    args = parser.parse_args()
+
+    smla = json.load(open(args.smla))
+    peer = {}
+    for row in csv.DictReader(open(args.peer)):
+        key = (row["kind"], row["case"], int(row["b"]), int(row["s_kv"]) if row["kind"] == "prefill" else 0)
+        peer[key] = row
+
+    cases = []
+    for r in smla.get("results", []):
+        match = peer.get(("decode", decode_peer_case(r["label"]), int(r["b"]), 0))
+        cases.append({"kind": "decode", "label": r["label"], "b": r["b"], "s_q": r["s_q"], "h_q": r["h_q"],
+                      "s_kv": None, "smla_us": r["median_us"], "peer_us": float(match["median_us"]) if match else None,
+                      "smla_tflops": r["tflops"], "peer_tflops": float(match["tflops"]) if match else None,
+                      "peer_case": match["case"] if match else None})
+    for r in smla.get("prefill", []):
+        match = peer.get(("prefill", prefill_peer_case(r["label"]), 1, int(r["s_kv"])))
+        cases.append({"kind": "prefill", "label": r["label"], "b": 1, "s_q": r["s_q"], "h_q": r["h_q"],
+                      "s_kv": r["s_kv"], "smla_us": r["median_us"],
+                      "peer_us": float(match["median_us"]) if match else None, "smla_tflops": r["tflops"],
+                      "peer_tflops": float(match["tflops"]) if match else None,
+                      "peer_case": match["case"] if match else None,
+                      "mode": r.get("mode"), "pct_gemm_ceiling": r.get("pct_gemm_ceiling")})
+    card = smla.get("device", "unknown")
+    doc = {"card": card, "commit": args.commit, "date": args.date,
+           "bf16_gemm_ceiling_tflops": smla.get("bf16_gemm_ceiling_tflops"), "cases": cases}
+    os.makedirs(args.out, exist_ok=True)
+    path = os.path.join(args.out, f"{args.date}-{card_slug(card)}-{args.commit}.json")
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=1)
+    print(path)
+    for c in cases:
+        ratio = f"{c['peer_us'] / c['smla_us']:.2f}x" if c["peer_us"] else "-"
+        print(f"{c['kind']:8s} {c['label']:13s} b={c['b']:<4} s_kv={c['s_kv'] or '':<7} smla {c['smla_us']:9.1f} us "
+              f"peer {c['peer_us'] or float('nan'):9.1f} us  {ratio}")
+
+
+if __name__ == "__main__":
+    main()
