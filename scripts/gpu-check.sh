@@ -11,6 +11,9 @@
 # first attention launch of that bench case, e.g. "CONFIG2 128"), SMLA_GPU_DEPS=DIR (a folder of Debian .deb files
 # for the build dependencies the GPU machine lacks: they are unpacked under /tmp/smla-deps
 # and used from there, nothing is installed system-wide; scripts/gpu-deps.sh fills such a folder),
+# SMLA_GPU_PEER=1 (with ../shared/peer copied to .peer: build FlashMLA's harness beside ours and run its
+# decode and prefill sets after our benchmark, in the same call; $OUT/flashmla_peer.csv; then
+# bench/side_by_side.py writes the bench/results JSON from gpu_bench.json and that CSV),
 # SMLA_SKIP_PYTHON=1 (skip the Python package: build smla._C for the machine's python3, run
 # python/tests on the GPU, the example and bench/python/host_overhead.py).
 set -uo pipefail
@@ -39,6 +42,14 @@ if [[ -n "${SMLA_GPU_DEPS:-}" ]]; then
   dep_args=(-DCMAKE_PREFIX_PATH="$prefix/usr" -DBLAS_LIBRARIES="$blas_dir/libopenblas.so"
             -DCMAKE_CXX_FLAGS="-I$prefix/usr/include/x86_64-linux-gnu/openblas-pthread -I$prefix/usr/include"
             -DCMAKE_EXE_LINKER_FLAGS="-L$multiarch -Wl,-rpath-link,$multiarch")
+fi
+
+peer_build_pid=
+if [[ "${SMLA_GPU_PEER:-0}" == 1 ]]; then
+  [[ -f .peer/run.sh ]] || { echo "SMLA_GPU_PEER=1 needs .peer (cp -r ../shared/peer .peer, carried)"; exit 1; }
+  step "building the peer (FlashMLA harness) in the background"
+  BUILD_ONLY=1 OUT=/tmp/peer-build bash .peer/run.sh >/tmp/peer-build.log 2>&1 &
+  peer_build_pid=$!
 fi
 
 # Every GPU test binary (tests/unit/cuda/CMakeLists.txt) unless SMLA_GPU_TESTS names a subset.
@@ -124,6 +135,16 @@ if [[ "${SMLA_SKIP_BENCH:-0}" != 1 ]]; then
     status=1
   fi
 fi
+if [[ -n "$peer_build_pid" ]]; then
+  step "peer: FlashMLA decode and prefill sets, same card"
+  wait "$peer_build_pid" || { tail -20 /tmp/peer-build.log; status=1; }
+  for set in decode prefill; do
+    OUT=/tmp/peer-$set bash .peer/run.sh --cases $set >/tmp/peer-$set.log 2>&1 || { tail -20 /tmp/peer-$set.log; status=1; }
+  done
+  { cat /tmp/peer-decode/flashmla_peer.csv; tail -n +2 /tmp/peer-prefill/flashmla_peer.csv; } >"$out/flashmla_peer.csv"
+  tail -n 40 /tmp/peer-decode/flashmla_peer.log /tmp/peer-prefill/flashmla_peer.log 2>/dev/null | grep -vE "^$" | tail -60
+fi
+
 if [[ -n "${SMLA_GPU_PROFILE:-}" ]]; then
   read -r profile_label profile_b <<<"$SMLA_GPU_PROFILE"
   # SMLA_GPU_PROFILE_METRICS adds ncu metrics, e.g. "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio".
