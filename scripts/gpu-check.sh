@@ -7,7 +7,7 @@
 # SMLA_GPU_TESTS (test binaries to build and run, default all of tests/unit/cuda), SMLA_GTEST_FILTER,
 # SMLA_GPU_EXTRA_TARGETS (more targets to build, e.g. smla_cli, the `smla` tool), SMLA_GPU_AFTER (a command run last, with the
 # dependencies' libraries on LD_LIBRARY_PATH, e.g. "build/gpu/tools/smla/smla demo --backend cuda"),
-# SMLA_SKIP_SANITIZER=1, SMLA_SKIP_BENCH=1, SMLA_GPU_PROFILE="LABEL B" (Nsight Compute on the
+# SMLA_SKIP_SANITIZER=1, SMLA_SKIP_BENCH=1, SMLA_SKIP_TESTS=1, SMLA_GPU_PROFILE="LABEL B" (Nsight Compute on the
 # first attention launch of that bench case, e.g. "CONFIG2 128"), SMLA_GPU_DEPS=DIR (a folder of Debian .deb files
 # for the build dependencies the GPU machine lacks: they are unpacked under /tmp/smla-deps
 # and used from there, nothing is installed system-wide; scripts/gpu-deps.sh fills such a folder),
@@ -54,6 +54,7 @@ fi
 
 # Every GPU test binary (tests/unit/cuda/CMakeLists.txt) unless SMLA_GPU_TESTS names a subset.
 tests=${SMLA_GPU_TESTS:-"cuda_attention_test cuda_attention_sm90_test cuda_attention_pack_test cuda_dequant_exact_test cuda_layer_prep_test cuda_layer_indexer_test cuda_metadata_test cuda_model_test"}
+[[ "${SMLA_SKIP_TESTS:-0}" == 1 ]] && tests=""  # e.g. a second call on a warm machine for the benchmarks
 targets=($tests)
 [[ "${SMLA_SKIP_BENCH:-0}" != 1 ]] && targets+=(smla_bench_cuda)
 [[ -n "${SMLA_GPU_EXTRA_TARGETS:-}" ]] && targets+=($SMLA_GPU_EXTRA_TARGETS)
