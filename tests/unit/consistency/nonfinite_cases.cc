@@ -7,10 +7,12 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <ostream>
 
 #include "smla/kv_format.h"
 #include "smla/numeric.h"
 #include "src/core/kv_rows.h"
+#include "testkit/case_util.h"
 
 namespace smla::nonfinite {
 
@@ -22,18 +24,7 @@ constexpr std::uint16_t kBf16NaN = 0x7FC0;
 constexpr std::uint16_t kSentinelBf16 = 0x4640;  // 12288: no backend writes it for these inputs
 constexpr float kSentinelF32 = -12345.0f;
 
-template <class T>
-T& at(const TensorView& v, std::int64_t i) {
-  return v.ptr<T>()[i * v.stride[0]];
-}
-template <class T>
-T& at(const TensorView& v, std::int64_t i, std::int64_t j) {
-  return v.ptr<T>()[i * v.stride[0] + j * v.stride[1]];
-}
-template <class T>
-T& at(const TensorView& v, std::int64_t i, std::int64_t j, std::int64_t k) {
-  return v.ptr<T>()[i * v.stride[0] + j * v.stride[1] + k * v.stride[2]];
-}
+using testkit::detail::at;
 
 // ---------------------------------------------------------------------------
 // Which rows a token attends (the same rule as every backend: the first
@@ -360,6 +351,8 @@ bool all_of_out(const TensorView& out, std::int64_t t, std::int64_t h, bool (*pr
 }
 
 }  // namespace
+
+void PrintTo(const CaseSpec& spec, std::ostream* os) { *os << spec.name; }
 
 const char* row_kind_name(RowKind kind) {
   switch (kind) {

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <iosfwd>
 #include <optional>
 #include <string>
 #include <vector>
@@ -80,6 +81,8 @@ struct CaseSpec {
 
 // The table. Every case is built fresh for a shape (num_heads >= 4).
 const std::vector<CaseSpec>& cases();
+// GoogleTest prints a table entry by its name.
+void PrintTo(const CaseSpec& spec, std::ostream* os);
 
 Outputs make_outputs(const Case& c);
 SparseDecodeArgs decode_args(Case& c, const Outputs& outputs);

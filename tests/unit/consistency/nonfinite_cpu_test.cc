@@ -5,17 +5,11 @@
 // The CUDA backend runs the same table in tests/unit/cuda/cuda_nonfinite_test.cc.
 #include <gtest/gtest.h>
 
-#include <ostream>
 #include <string>
 
 #include "src/cpu/simd_targets.h"
 #include "tests/common/test_common.h"
 #include "tests/unit/consistency/nonfinite_cases.h"
-
-namespace smla::nonfinite {
-// GoogleTest prints a case by its name.
-inline void PrintTo(const CaseSpec& spec, std::ostream* os) { *os << spec.name; }
-}  // namespace smla::nonfinite
 
 namespace smla {
 namespace {

@@ -15,7 +15,6 @@
 
 #include <cstdlib>
 #include <functional>
-#include <ostream>
 #include <string>
 #include <vector>
 
@@ -25,11 +24,6 @@
 #include "tests/unit/consistency/nonfinite_cases.h"
 #include "tests/unit/cuda/attention_expect.h"
 #include "tests/unit/cuda/device_copy.h"
-
-namespace smla::nonfinite {
-// GoogleTest prints a case by its name.
-inline void PrintTo(const CaseSpec& spec, std::ostream* os) { *os << spec.name; }
-}  // namespace smla::nonfinite
 
 namespace smla {
 namespace {
