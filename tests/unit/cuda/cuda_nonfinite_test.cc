@@ -71,16 +71,18 @@ std::vector<Launch> launches(nonfinite::Op op) {
           {"decode packed, h 8 s_q 2", Shape{2, 2, 8, /*pack=*/true}, Split::kAny}};
 }
 
-// Runs `check` on each kernel choice that applies to `heads` rows of a token.
-void on_each_kernel(std::int64_t heads, const std::function<void(const std::string&)>& check) {
+// Runs `check` on each kernel choice that applies to a launch with `heads` rows
+// per token (16-row tiles and packed launches always run the portable kernel).
+void on_each_kernel(const Shape& shape, const std::function<void(const std::string&)>& check) {
   const bool sm90 = cuda::sm90_attention_usable();
-  check(sm90 ? "default kernel (sm90 for 64-row tiles)" : "default kernel (portable: no sm_90a device)");
-  if (sm90 && heads > 64) {
+  const bool portable_only = shape.pack || shape.num_heads <= 16;
+  check(sm90 && !portable_only ? "default kernel (sm90 for 64-row tiles)" : "default kernel (portable)");
+  if (sm90 && shape.num_heads > 64) {
     ::setenv("SMLA_SM90_PAIR", "off", 1);
     check("sm90 kernel, no CTA pairs");
     ::unsetenv("SMLA_SM90_PAIR");
   }
-  if (sm90) {
+  if (sm90 && !portable_only) {
     ::setenv("SMLA_CUDA_ATTENTION", "portable", 1);
     check("portable kernel");
     ::unsetenv("SMLA_CUDA_ATTENTION");
@@ -138,7 +140,7 @@ TEST_P(CudaNonfinite, MatchesTheReferenceOnEveryPath) {
     const std::string semantics = nonfinite::check_semantics(c, want);
     EXPECT_TRUE(semantics.empty()) << "reference against the semantics table:\n" << semantics;
 
-    on_each_kernel(launch.shape.num_heads, [&](const std::string& kernel) {
+    on_each_kernel(launch.shape, [&](const std::string& kernel) {
       SCOPED_TRACE(kernel);
       if (launch.split != Split::kAny) {
         const std::size_t bytes = workspace_bytes(c, want);
