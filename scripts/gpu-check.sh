@@ -53,7 +53,7 @@ if [[ "${SMLA_GPU_PEER:-0}" == 1 ]]; then
 fi
 
 # Every GPU test binary (tests/unit/cuda/CMakeLists.txt) unless SMLA_GPU_TESTS names a subset.
-tests=${SMLA_GPU_TESTS:-"cuda_attention_test cuda_attention_sm90_test cuda_attention_pack_test cuda_dequant_exact_test cuda_layer_prep_test cuda_layer_indexer_test cuda_metadata_test cuda_model_test"}
+tests=${SMLA_GPU_TESTS:-"cuda_attention_test cuda_attention_sm90_test cuda_attention_pack_test cuda_nonfinite_test cuda_dequant_exact_test cuda_layer_prep_test cuda_layer_indexer_test cuda_metadata_test cuda_model_test"}
 [[ "${SMLA_SKIP_TESTS:-0}" == 1 ]] && tests=""  # e.g. a second call on a warm machine for the benchmarks
 targets=($tests)
 [[ "${SMLA_SKIP_BENCH:-0}" != 1 ]] && targets+=(smla_bench_cuda)

@@ -9,6 +9,10 @@
 //   lse = log(sum_j exp(s_j))      (natural log, sink excluded)
 //   A row with nothing to attend: out = 0, lse = +inf. sink = +inf: out = 0.
 //   Duplicate indices are attended as many times as they appear.
+//   NaN in q[t,h] or in an attended row makes out, lse (and max_logits) of the
+//   rows that read it NaN; a NaN sink makes out NaN. Logits past f32 keep the
+//   output exact, lse / max_logits become +-inf (docs/attention.md, non-finite
+//   values and overflow).
 #pragma once
 
 #include <optional>

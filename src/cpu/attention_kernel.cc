@@ -10,7 +10,8 @@
 //      S = Q K^T (register-blocked kHeadTile x kKeyTile vector accumulators),
 //      online-softmax update in f32, O = alpha O + P V (kHeadTile x kValueTile
 //      vector accumulators);
-//   3. finish with the sink: out = O / (l + exp(sink - m)), lse = m + log l.
+//   3. finish with the sink: out = O / (l + exp(sink - scale m)), lse = scale m + log l
+//      (m: the running max of the raw dot products; docs/attention.md, non-finite values).
 // Every (head, key) score and (head, value lane) sum is one vector chain in a
 // fixed order whatever the tile shapes, so results depend only on the chunk
 // boundaries, never on the head grouping or on the thread that ran it.
@@ -324,7 +325,12 @@ Scratch& thread_scratch() {
 // probabilities relative to the new running max, alpha rescales the old sums.
 // Max and sum are vector reductions (a scalar loop would be a 64-long
 // dependency chain per head); lanes past num_keys are masked out.
-void SoftmaxChunk(float* scores, int heads, int num_keys, float* running_max, float* running_sum, float* alpha) {
+// Scores and the running max are raw dot products <q, k>; the softmax scale is
+// applied to differences, p = exp((s - m) scale) with an argument <= 0, so a
+// scale times logit beyond f32 never becomes inf - inf (docs/attention.md). A NaN
+// argument (NaN score, or +inf - +inf) stays NaN: Highway's Exp would return 0.
+void SoftmaxChunk(float* scores, int heads, int num_keys, float scale, float* running_max, float* running_sum,
+                  float* alpha) {
   constexpr float kInf = std::numeric_limits<float>::infinity();
   const DF df;
   const int n = static_cast<int>(hn::Lanes(df));
@@ -335,11 +341,13 @@ void SoftmaxChunk(float* scores, int heads, int num_keys, float* running_max, fl
     VF max_v = hn::Set(df, -kInf);
     for (int k = 0; k < padded; k += n) max_v = hn::Max(max_v, hn::Load(df, s + k));
     const float new_max = std::max(running_max[h], hn::GetLane(hn::MaxOfLanes(df, max_v)));
-    alpha[h] = running_max[h] == -kInf ? 0.0f : std::exp(running_max[h] - new_max);
+    alpha[h] = running_max[h] == -kInf ? 0.0f : std::exp((running_max[h] - new_max) * scale);
     const VF new_max_v = hn::Set(df, new_max);
+    const VF scale_v = hn::Set(df, scale);
     VF sum_v = hn::Zero(df);
     for (int k = 0; k < padded; k += n) {
-      const VF p = hn::Exp(df, hn::Sub(hn::Load(df, s + k), new_max_v));
+      const VF x = hn::Mul(hn::Sub(hn::Load(df, s + k), new_max_v), scale_v);
+      const VF p = hn::IfThenElse(hn::IsNaN(x), x, hn::Exp(df, x));
       const VF masked = hn::IfThenElseZero(hn::FirstN(df, static_cast<std::size_t>(num_keys - k)), p);
       hn::Store(masked, df, s + k);
       sum_v = hn::Add(sum_v, masked);
@@ -349,19 +357,18 @@ void SoftmaxChunk(float* scores, int heads, int num_keys, float* running_max, fl
   }
 }
 
-// q (bf16) of `heads` heads times the softmax scale, into padded f32 rows.
+// q (bf16) of `heads` heads into padded f32 rows (unscaled: see SoftmaxChunk).
 void LoadQueries(const AttentionParams& p, std::int64_t token, std::int64_t head, int heads, std::int64_t row_len,
                  float* dst) {
   const DF df;
   const int n = static_cast<int>(hn::Lanes(df));
-  const VF scale = hn::Set(df, p.softmax_scale);
   for (int h = 0; h < heads; ++h) {
     const std::uint16_t* q = p.q + token * p.stride_q_token + (head + h) * p.stride_q_head;
     const auto* bytes = reinterpret_cast<const std::uint8_t*>(q);
     float* row = dst + h * row_len;
     int i = 0;
-    for (; i + n <= p.d_qk; i += n) hn::Store(hn::Mul(DecodeBf16(bytes + 2 * i), scale), df, row + i);
-    for (; i < p.d_qk; ++i) row[i] = bf16_to_f32(q[i]) * p.softmax_scale;
+    for (; i + n <= p.d_qk; i += n) hn::Store(DecodeBf16(bytes + 2 * i), df, row + i);
+    for (; i < p.d_qk; ++i) row[i] = bf16_to_f32(q[i]);
     for (std::int64_t j = p.d_qk; j < row_len; ++j) row[j] = 0.0f;
   }
 }
@@ -376,10 +383,15 @@ void FinishHeads(const AttentionParams& p, std::int64_t token, std::int64_t head
     float lse = kInf, max_logit = -kInf, inv_denominator = 0.0f;
     if (!empty) {
       const float sink = p.sink != nullptr ? p.sink[head * p.stride_sink] : -kInf;
-      // exp(sink - m) relates the sink to the running sum's reference point m.
-      inv_denominator = 1.0f / (running_sum[h] + std::exp(sink - running_max[h]));
-      lse = running_max[h] + std::log(running_sum[h]);
-      max_logit = running_max[h];
+      // The scaled max may overflow f32 (then lse and max_logits are +-inf, the
+      // output stays exact). exp(sink - m) relates the sink to the sum's reference
+      // point m; an infinite sink is taken as it is so that no inf - inf arises.
+      const float scaled_max = running_max[h] * p.softmax_scale;
+      const float sink_term = sink == -kInf ? 0.0f : sink == kInf ? kInf : std::exp(sink - scaled_max);
+      const float sum = running_sum[h];
+      inv_denominator = 1.0f / (sum + sink_term);
+      lse = scaled_max + std::log(sum);
+      max_logit = std::isnan(sum) ? std::numeric_limits<float>::quiet_NaN() : scaled_max;
     }
     const float* o = acc + h * acc_len;
     for (int i = 0; i < p.d_v; ++i) out[i] = f32_to_bf16(empty ? 0.0f : o[i] * inv_denominator);
@@ -416,7 +428,7 @@ void Attend(const AttentionParams& p, std::int64_t token, std::int64_t head_begi
       const int tile_heads = static_cast<int>(std::min<std::int64_t>(kHeadTile, heads - h));
       LoadQueries(p, token, head_begin + h, tile_heads, row_len, q_tile);
       WithHeadTile(tile_heads, [&](auto ht) { QkHeads<decltype(ht)::value>(q_tile, row_len, k_tile, keys, scores); });
-      SoftmaxChunk(scores, tile_heads, keys, scratch.running_max.data() + h, scratch.running_sum.data() + h, alpha);
+      SoftmaxChunk(scores, tile_heads, keys, p.softmax_scale, scratch.running_max.data() + h, scratch.running_sum.data() + h, alpha);
       WithHeadTile(tile_heads, [&](auto ht) {
         PvHeads<decltype(ht)::value>(scores, keys, k_tile, row_len, acc + h * acc_len, acc_len, alpha);
       });

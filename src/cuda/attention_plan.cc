@@ -222,7 +222,7 @@ void assign_workspace(const AttentionPlan& plan, void* workspace, SparseAttentio
     const std::size_t out_bytes = partial_out_bytes(plan, params->num_tokens, params->num_heads);
     const std::size_t stat_bytes = partial_stat_bytes(plan, params->num_tokens, params->num_heads);
     params->partial_out = reinterpret_cast<float*>(base);
-    params->partial_lse = reinterpret_cast<float*>(base + out_bytes);
+    params->partial_sum = reinterpret_cast<float*>(base + out_bytes);
     params->partial_max = reinterpret_cast<float*>(base + out_bytes + stat_bytes);
     base += out_bytes + 2 * stat_bytes;
   }

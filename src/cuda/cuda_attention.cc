@@ -2,8 +2,10 @@
 // views, planning and launch. No allocation and no host synchronization here.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 
 #include "smla/cuda.h"
 #include "src/core/attention_validate.h"
@@ -103,7 +105,11 @@ void set_query(const TensorView& q, const TensorView& sink, float softmax_scale,
     p->sink = static_cast<const float*>(sink.data);
     p->stride_sink = sink.stride[0];
   }
-  p->scale_log2 = softmax_scale * cuda::kLog2e;
+  // softmax_scale is finite and > 0 (validated); above ~2.4e38 its log2(e) multiple
+  // would overflow, and FLT_MAX differs from it only for raw score differences
+  // below 1e-36 (docs/attention.md).
+  p->scale_log2 = std::min(softmax_scale * cuda::kLog2e, std::numeric_limits<float>::max());
+  p->softmax_scale = softmax_scale;
 }
 
 struct PreparedCall {

@@ -23,6 +23,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <cfloat>
 #include <cmath>
 #include <cstdint>
 
@@ -95,8 +96,33 @@ __device__ __forceinline__ int clamped_length(const KvSourceParams& src, int tok
   return len < 0 ? 0 : (len > src.topk ? src.topk : len);
 }
 
-__device__ __forceinline__ float sink_log2(const SparseAttentionParams& p, int head) {
-  return p.sink == nullptr ? -INFINITY : p.sink[head * p.stride_sink] * kLog2e;
+// Row statistics (docs/attention.md, non-finite values and overflow). m is the
+// row's max raw dot product, l its sum of exp2((s - m) * scale_log2): l == 0 means
+// nothing attended, a NaN l that a score was NaN (or +inf), which makes out, lse and
+// max_logits NaN. Scaled values past f32 come out as +-inf, the output stays exact.
+
+// e^(sink - scale m): 0 for an absent or -inf sink and inf for a +inf one, NaN
+// for a NaN sink. scale m is clamped to finite values, which keeps inf - inf out
+// and changes nothing else (its weight against a finite sink is 0 or inf either way).
+__device__ __forceinline__ float sink_weight(const SparseAttentionParams& p, int head, float m) {
+  if (p.sink == nullptr) return 0.0f;
+  const float scaled_max = fminf(fmaxf(m * p.scale_log2, -FLT_MAX), FLT_MAX);
+  return exp2f(p.sink[head * p.stride_sink] * kLog2e - scaled_max);
+}
+
+// The factor turning a row's accumulator into its output: 1 / (l + e^(sink - scale m)), 0 when empty.
+__device__ __forceinline__ float row_output_factor(const SparseAttentionParams& p, int head, float m, float l) {
+  return l == 0.0f ? 0.0f : 1.0f / (l + sink_weight(p, head, m));
+}
+
+// lse = scale m + ln l (sink excluded), +inf when nothing was attended.
+__device__ __forceinline__ float row_lse(const SparseAttentionParams& p, float m, float l) {
+  return l == 0.0f ? INFINITY : fmaf(log2f(l), kLn2, m * p.softmax_scale);
+}
+
+// max_logits = scale m, -inf when nothing was attended, NaN with a NaN sum.
+__device__ __forceinline__ float row_max_logit(const SparseAttentionParams& p, float m, float l) {
+  return l == 0.0f ? -INFINITY : (isnan(l) ? NAN : m * p.softmax_scale);
 }
 
 __device__ __forceinline__ void store_bf16_pair(const SparseAttentionParams& p, std::uint16_t* at, float a, float b) {
@@ -231,7 +257,7 @@ __global__ void __launch_bounds__(kAttentionThreads, attention_min_blocks_per_sm
       const std::int64_t at = static_cast<std::int64_t>(token) * p.num_heads + head;
       if (p.num_splits > 1) {
         if (lane == 0) {
-          p.partial_lse[split * plane + at] = -INFINITY;
+          p.partial_sum[split * plane + at] = 0.0f;
           p.partial_max[split * plane + at] = -INFINITY;
         }
       } else {
@@ -298,7 +324,7 @@ __global__ void __launch_bounds__(kAttentionThreads, attention_min_blocks_per_sm
     }
   }
 
-  float row_max = -INFINITY;  // log2 domain, replicated over the row's softmax threads
+  float row_max = -INFINITY;  // raw dot products, replicated over the row's softmax threads
   float row_sum = 0.0f;
   float acc[Cfg::kMTiles][Cfg::kPvTiles][4];
 #pragma unroll
@@ -403,20 +429,21 @@ __global__ void __launch_bounds__(kAttentionThreads, attention_min_blocks_per_sm
         float s = 0.0f;
 #pragma unroll
         for (int d = 0; d < Cfg::kDSplit; ++d) s += s_s[(d * kRows + softmax_row) * Cfg::kSStride + key];
-        scores[i] = (valid_s[key] & row_bit) ? s * p.scale_log2 : -INFINITY;
+        scores[i] = (valid_s[key] & row_bit) ? s : -INFINITY;  // raw: the scale multiplies differences
         tile_max = fmaxf(tile_max, scores[i]);
       }
 #pragma unroll
       for (int offset = Cfg::kThreadsPerRow / 2; offset > 0; offset /= 2) {
         tile_max = fmaxf(tile_max, __shfl_xor_sync(0xFFFFFFFFu, tile_max, offset));
       }
+      // fmaxf skips NaN scores; their probabilities below are NaN and make row_sum NaN.
       const float new_max = fmaxf(row_max, tile_max);
       const float reference = new_max == -INFINITY ? 0.0f : new_max;  // keeps -inf - -inf out
-      const float alpha = exp2f(row_max - reference);
+      const float alpha = exp2f((row_max - reference) * p.scale_log2);
       float tile_sum = 0.0f;
 #pragma unroll
       for (int i = 0; i < Cfg::kKeysPerThread; ++i) {
-        const float prob = exp2f(scores[i] - reference);
+        const float prob = exp2f((scores[i] - reference) * p.scale_log2);  // argument <= 0 (or NaN)
         tile_sum += prob;
         p_s[softmax_row * Cfg::kPStride + i * Cfg::kThreadsPerRow + softmax_sub] = __float2bfloat16_rn(prob);
       }
@@ -481,15 +508,12 @@ __global__ void __launch_bounds__(kAttentionThreads, attention_min_blocks_per_sm
       const int head = row_head(softmax_row);
       const std::int64_t at = static_cast<std::int64_t>(token) * p.num_heads + head;
       if (p.num_splits > 1) {
-        p.partial_lse[split * plane + at] = row_sum > 0.0f ? row_max + log2f(row_sum) : -INFINITY;
+        p.partial_sum[split * plane + at] = row_sum;
         p.partial_max[split * plane + at] = row_max;
       } else {
-        if (p.lse != nullptr) {
-          p.lse[token * p.stride_lse_t + head * p.stride_lse_h] =
-              row_sum > 0.0f ? (row_max + log2f(row_sum)) * kLn2 : INFINITY;
-        }
+        if (p.lse != nullptr) p.lse[token * p.stride_lse_t + head * p.stride_lse_h] = row_lse(p, row_max, row_sum);
         if (p.max_logits != nullptr) {
-          p.max_logits[token * p.stride_max_t + head * p.stride_max_h] = row_sum > 0.0f ? row_max * kLn2 : -INFINITY;
+          p.max_logits[token * p.stride_max_t + head * p.stride_max_h] = row_max_logit(p, row_max, row_sum);
         }
       }
     }
@@ -507,7 +531,7 @@ __global__ void __launch_bounds__(kAttentionThreads, attention_min_blocks_per_sm
       const float m = m_s[row];
       const float l = l_s[row];
       if (p.num_splits > 1) {
-        if (l <= 0.0f) continue;  // the combine skips splits with lse = -inf
+        if (l == 0.0f) continue;  // the combine skips splits that attended nothing (a NaN l is written)
         const float inv = 1.0f / l;
         float* out = p.partial_out + ((split * plane) + static_cast<std::int64_t>(token) * p.num_heads + head) * kValueDim;
 #pragma unroll
@@ -518,7 +542,7 @@ __global__ void __launch_bounds__(kAttentionThreads, attention_min_blocks_per_sm
         }
       } else {
         // The sink joins the denominator only: out = sum e^s v / (e^sink + sum e^s).
-        const float inv = l > 0.0f ? 1.0f / (l + exp2f(sink_log2(p, head) - m)) : 0.0f;
+        const float inv = row_output_factor(p, head, m, l);
         std::uint16_t* out = p.out + token * p.stride_out_t + head * p.stride_out_h;
 #pragma unroll
         for (int nt = 0; nt < Cfg::kPvTiles; ++nt) {

@@ -42,7 +42,11 @@ struct SparseAttentionParams {
   bool prefetch_rows = false;  // sm90 kernel: ask L2 for rows a few tiles ahead (decode-sized grids)
   const float* sink = nullptr;  // [h_q] natural-log units, may be nullptr (= -inf)
   std::int64_t stride_sink = 1;
-  float scale_log2 = 0.0f;  // softmax_scale * log2(e): scores live in the exp2 domain
+  // Scores and row maxima are raw dot products <q, k>; the scale multiplies their
+  // differences, p = exp2((s - m) * scale_log2), so a scaled logit beyond f32 never
+  // turns into inf - inf (docs/attention.md, non-finite values and overflow).
+  float scale_log2 = 0.0f;     // softmax_scale * log2(e), saturated at FLT_MAX
+  float softmax_scale = 0.0f;  // natural-log scale: lse = m * softmax_scale + ln(sum)
 
   std::uint16_t* out = nullptr;  // [T, h_q, 512] bf16 bits
   std::int64_t stride_out_t = 0;
@@ -55,12 +59,13 @@ struct SparseAttentionParams {
   std::int64_t stride_max_t = 0;
   std::int64_t stride_max_h = 0;
 
-  // Split over keys: with num_splits > 1 every split writes a normalised f32
-  // partial and its log2-domain lse; the combine kernel merges them.
+  // Split over keys: with num_splits > 1 every split writes its f32 partial
+  // (normalised by its own sum), its sum of exp2((s - m) * scale_log2) and its raw
+  // max m; the combine kernel merges them. (A per-split lse could overflow f32.)
   int num_splits = 1;
-  float* partial_out = nullptr;  // [num_splits, T, h_q, 512]
-  float* partial_lse = nullptr;  // [num_splits, T, h_q], -inf for an empty split
-  float* partial_max = nullptr;  // [num_splits, T, h_q]
+  float* partial_out = nullptr;  // [num_splits, T, h_q, 512]; not written where partial_sum is 0
+  float* partial_sum = nullptr;  // [num_splits, T, h_q]: 0 when the split attends nothing, NaN when a score was
+  float* partial_max = nullptr;  // [num_splits, T, h_q]: raw dot products, -inf when nothing attended
 
   // Packed MTP (pack_tokens > 1): one CTA holds pack_tokens consecutive tokens x
   // all h_q heads (row r = token r / h_q, head r % h_q). Its keys are the union

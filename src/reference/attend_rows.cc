@@ -27,6 +27,15 @@ double dot(const double* a, const double* b, int n) {
 
 }  // namespace
 
+float to_f32(double x) {
+  // Round to nearest; magnitudes from FLT_MAX + half an ulp up become +-inf (a plain
+  // cast of an out-of-range double is undefined behaviour in C++).
+  constexpr double kOverflow = 0x1.ffffffp127;
+  if (x >= kOverflow) return std::numeric_limits<float>::infinity();
+  if (x <= -kOverflow) return -std::numeric_limits<float>::infinity();
+  return static_cast<float>(x);
+}
+
 void attend_rows(const double* q, int num_heads, const std::vector<double>& keys, std::int64_t num_rows, int d_qk,
                  int d_v, double softmax_scale, const double* sinks, double* out, HeadResult* results) {
   constexpr double kInf = std::numeric_limits<double>::infinity();
@@ -43,15 +52,20 @@ void attend_rows(const double* q, int num_heads, const std::vector<double>& keys
     for (int h = 0; h < num_heads; ++h) score(h, j) = softmax_scale * dot(q + h * d_qk, k, d_qk);
   }
   std::vector<double> denominator(static_cast<std::size_t>(num_heads), 0.0);
+  std::vector<double> max_of_row(static_cast<std::size_t>(num_heads), -kInf);
   for (int h = 0; h < num_heads; ++h) {
     double max_logit = -kInf;
     for (std::int64_t j = 0; j < num_rows; ++j) max_logit = std::max(max_logit, score(h, j));
+    max_of_row[static_cast<std::size_t>(h)] = max_logit;
     for (std::int64_t j = 0; j < num_rows; ++j) {
       score(h, j) = std::exp(score(h, j) - max_logit);
       denominator[static_cast<std::size_t>(h)] += score(h, j);
     }
-    results[h].max_logit = max_logit;
-    results[h].lse = max_logit + std::log(denominator[static_cast<std::size_t>(h)]);
+    // A NaN score (NaN in q or in an attended row) or a +inf one makes the sum NaN;
+    // max_logit reports it too (std::max above skips NaN).
+    const double sum = denominator[static_cast<std::size_t>(h)];
+    results[h].max_logit = std::isnan(sum) ? std::numeric_limits<double>::quiet_NaN() : max_logit;
+    results[h].lse = max_logit + std::log(sum);
   }
   // Four rows per pass over out: a quarter of the load/store traffic on it.
   std::int64_t j = 0;
@@ -75,12 +89,13 @@ void attend_rows(const double* q, int num_heads, const std::vector<double>& keys
     }
   }
   for (int h = 0; h < num_heads; ++h) {
-    // The sink joins the denominator only: exp(sink - max) on the same scale as the terms.
-    const double sink = sinks[h];
-    const double total =
-        sink == kInf ? kInf : denominator[static_cast<std::size_t>(h)] + std::exp(sink - results[h].max_logit);
+    // The sink joins the denominator only: exp(sink - max) on the same scale as the
+    // terms. IEEE arithmetic gives the documented cases: sink -inf adds 0, +inf
+    // makes the row 0 (finite / inf), NaN (sink or sum) makes it NaN. max is finite
+    // here unless the row is NaN anyway (scores stay far inside double's range).
+    const double total = denominator[static_cast<std::size_t>(h)] + std::exp(sinks[h] - max_of_row[h]);
     double* o = out + h * d_v;
-    for (int d = 0; d < d_v; ++d) o[d] = total == kInf ? 0.0 : o[d] / total;
+    for (int d = 0; d < d_v; ++d) o[d] /= total;
   }
 }
 
@@ -108,10 +123,10 @@ void attend_token(const TensorView& q, std::int64_t t, const TensorView& sink, c
       for (int d = 0; d < d_v; ++d) {
         out_row[d] = f32_to_bf16(static_cast<float>(out_block[static_cast<std::size_t>(i * d_v + d)]));
       }
-      if (lse.present()) lse.ptr<float>()[t * lse.stride[0] + h * lse.stride[1]] = static_cast<float>(results[i].lse);
+      if (lse.present()) lse.ptr<float>()[t * lse.stride[0] + h * lse.stride[1]] = to_f32(results[i].lse);
       if (max_logits.present()) {
         max_logits.ptr<float>()[t * max_logits.stride[0] + h * max_logits.stride[1]] =
-            static_cast<float>(results[i].max_logit);
+            to_f32(results[i].max_logit);
       }
     }
   }

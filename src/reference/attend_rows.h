@@ -10,9 +10,13 @@
 namespace smla::reference {
 
 struct HeadResult {
-  double lse;        // log(sum_j exp(s_j)), +inf when there are no rows
-  double max_logit;  // max_j s_j, -inf when there are no rows
+  double lse;        // log(sum_j exp(s_j)), +inf when there are no rows, NaN when a score is NaN or +inf
+  double max_logit;  // max_j s_j, -inf when there are no rows, NaN when lse is NaN
 };
+
+// x rounded to f32; beyond f32's range +-inf (docs/attention.md: an lse or
+// max_logits past f32 is reported as +-inf, the output stays exact).
+float to_f32(double x);
 
 // Heads per call: the rows stream through the cache once per block of heads
 // instead of once per head (the reference stays memory-light at V4 sizes).

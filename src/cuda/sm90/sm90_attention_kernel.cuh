@@ -22,6 +22,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <cfloat>
 #include <cmath>
 #include <cstdint>
 
@@ -92,7 +93,7 @@ __device__ __forceinline__ void write_empty_split(const SparseAttentionParams& p
     const std::int64_t at = static_cast<std::int64_t>(token) * p.num_heads + head;
     if (p.num_splits > 1) {
       if (lane == 0) {
-        p.partial_lse[split * plane + at] = -INFINITY;
+        p.partial_sum[split * plane + at] = 0.0f;
         p.partial_max[split * plane + at] = -INFINITY;
       }
       continue;
@@ -161,7 +162,7 @@ __device__ __forceinline__ void write_output_half(const SparseAttentionParams& p
     const float m = row_max[row];
     const float l = row_sum[row];
     if (p.num_splits > 1) {
-      if (l <= 0.0f) continue;  // the combine skips splits with lse = -inf
+      if (l == 0.0f) continue;  // the combine skips splits that attended nothing (a NaN l is written)
       const float inv = 1.0f / l;
       float* out = p.partial_out + ((split * plane) + static_cast<std::int64_t>(token) * p.num_heads + head) * kValueDim;
 #pragma unroll
@@ -171,7 +172,7 @@ __device__ __forceinline__ void write_output_half(const SparseAttentionParams& p
       }
     } else {
       // The sink joins the denominator only: out = sum e^s v / (e^sink + sum e^s).
-      const float inv = l > 0.0f ? 1.0f / (l + exp2f(sink_log2(p, head) - m)) : 0.0f;
+      const float inv = row_output_factor(p, head, m, l);
       std::uint16_t* out = p.out + token * p.stride_out_t + head * p.stride_out_h;
 #pragma unroll
       for (int i = 0; i < 32; ++i) {
@@ -332,7 +333,7 @@ __device__ __forceinline__ void run_score_warpgroup(const SparseAttentionParams&
   float o[128];
 #pragma unroll
   for (int i = 0; i < 128; ++i) o[i] = 0.0f;
-  float row_max[2] = {-INFINITY, -INFINITY};  // log2 domain
+  float row_max[2] = {-INFINITY, -INFINITY};  // raw dot products (the scale multiplies differences)
   float row_sum[2] = {0.0f, 0.0f};            // this thread's share; the quad's shares meet at the end
 
   for (int tile = 0; tile < num_tiles; ++tile) {
@@ -353,7 +354,7 @@ __device__ __forceinline__ void run_score_warpgroup(const SparseAttentionParams&
     wgmma_wait<0>();
     pin_registers(s);
 
-    // Mask, scale, online softmax (a row lives in the 4 lanes of a quad).
+    // Mask, online softmax (a row lives in the 4 lanes of a quad).
     const int* valid = valid_s + buffer * kKeys;
     float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
@@ -361,10 +362,10 @@ __device__ __forceinline__ void run_score_warpgroup(const SparseAttentionParams&
       const int key = 8 * i + 2 * (lane % 4);
       const bool v0 = valid[key] != 0;
       const bool v1 = valid[key + 1] != 0;
-      s[4 * i] = v0 ? s[4 * i] * p.scale_log2 : -INFINITY;
-      s[4 * i + 1] = v1 ? s[4 * i + 1] * p.scale_log2 : -INFINITY;
-      s[4 * i + 2] = v0 ? s[4 * i + 2] * p.scale_log2 : -INFINITY;
-      s[4 * i + 3] = v1 ? s[4 * i + 3] * p.scale_log2 : -INFINITY;
+      s[4 * i] = v0 ? s[4 * i] : -INFINITY;
+      s[4 * i + 1] = v1 ? s[4 * i + 1] : -INFINITY;
+      s[4 * i + 2] = v0 ? s[4 * i + 2] : -INFINITY;
+      s[4 * i + 3] = v1 ? s[4 * i + 3] : -INFINITY;
       tile_max[0] = fmaxf(tile_max[0], fmaxf(s[4 * i], s[4 * i + 1]));
       tile_max[1] = fmaxf(tile_max[1], fmaxf(s[4 * i + 2], s[4 * i + 3]));
     }
@@ -376,15 +377,31 @@ __device__ __forceinline__ void run_score_warpgroup(const SparseAttentionParams&
       tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xFFFFFFFFu, tile_max[h], 2));
       const float new_max = fmaxf(row_max[h], tile_max[h]);
       reference[h] = new_max == -INFINITY ? 0.0f : new_max;  // keeps -inf - -inf out
-      alpha[h] = exp2f(row_max[h] - reference[h]);
+      alpha[h] = exp2f((row_max[h] - reference[h]) * p.scale_log2);
       row_max[h] = new_max;
       row_sum[h] *= alpha[h];
     }
+    // p = exp2((s - reference) * scale_log2), argument <= 0 (NaN for a NaN score).
+    // While reference * scale_log2 is finite (always, unless the logits pass f32)
+    // one FMA gives it: the product s * scale_log2 is not rounded inside it, so it
+    // cannot overflow either. Otherwise the difference is taken first (a rare,
+    // slower path; the FMA form would make inf - inf there).
+    const float shift0 = -reference[0] * p.scale_log2;
+    const float shift1 = -reference[1] * p.scale_log2;
+    if (fabsf(shift0) <= FLT_MAX && fabsf(shift1) <= FLT_MAX) {
 #pragma unroll
-    for (int i = 0; i < 32; ++i) {
-      const int h = (i % 4) / 2;
-      s[i] = exp2f(s[i] - reference[h]);
-      row_sum[h] += s[i];
+      for (int i = 0; i < 32; ++i) {
+        const int h = (i % 4) / 2;
+        s[i] = exp2f(fmaf(s[i], p.scale_log2, h == 0 ? shift0 : shift1));
+        row_sum[h] += s[i];
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < 32; ++i) {
+        const int h = (i % 4) / 2;
+        s[i] = exp2f((s[i] - reference[h]) * p.scale_log2);
+        row_sum[h] += s[i];
+      }
     }
     std::uint32_t probabilities[4][4];  // A fragments of the four 16-key steps of P V
 #pragma unroll
@@ -440,16 +457,12 @@ __device__ __forceinline__ void run_score_warpgroup(const SparseAttentionParams&
     if (head >= p.num_heads) continue;
     const std::int64_t at = static_cast<std::int64_t>(token) * p.num_heads + head;
     if (p.num_splits > 1) {
-      p.partial_lse[split * plane + at] = row_sum[h] > 0.0f ? row_max[h] + log2f(row_sum[h]) : -INFINITY;
+      p.partial_sum[split * plane + at] = row_sum[h];
       p.partial_max[split * plane + at] = row_max[h];
     } else {
-      if (p.lse != nullptr) {
-        p.lse[token * p.stride_lse_t + head * p.stride_lse_h] =
-            row_sum[h] > 0.0f ? (row_max[h] + log2f(row_sum[h])) * kLn2 : INFINITY;
-      }
+      if (p.lse != nullptr) p.lse[token * p.stride_lse_t + head * p.stride_lse_h] = row_lse(p, row_max[h], row_sum[h]);
       if (p.max_logits != nullptr) {
-        p.max_logits[token * p.stride_max_t + head * p.stride_max_h] =
-            row_sum[h] > 0.0f ? row_max[h] * kLn2 : -INFINITY;
+        p.max_logits[token * p.stride_max_t + head * p.stride_max_h] = row_max_logit(p, row_max[h], row_sum[h]);
       }
     }
   }
