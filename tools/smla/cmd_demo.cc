@@ -426,7 +426,7 @@ void add_demo_command(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   cmd->add_flag("!--no-verify", opt->verify, "skip the float64 verification");
   cmd->add_flag("!--no-progress", opt->progress, "no progress bar");
-  cmd->callback([opt, &exit_code] { exit_code = run_demo(*opt); });
+  cmd->callback([opt, &exit_code] { exit_code = run_guarded("smla demo", [&opt] { return run_demo(*opt); }); });
 }
 
 }  // namespace smla::cli
