@@ -173,7 +173,7 @@ void add_attn_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--format", options->format, "KV format: v4-fp8, v32-fp8, bf16-rows or fp8-rows")
       ->capture_default_str();
   cmd->add_flag("--random-lengths", d.random_lengths, "Per-token lengths uniform in [0, width]");
-  cmd->add_option("--seed", d.seed, "Random seed of the batch")->check(CLI::NonNegativeNumber)->capture_default_str();
+  cmd->add_option("--seed", d.seed, "Random seed of the batch")->check(unsigned_integer())->capture_default_str();
   cmd->add_option("--backend", options->backend, "auto, reference, cpu or cuda")->capture_default_str();
   cmd->add_option("--repeat", options->repeat, "Timed calls; the median is reported")->capture_default_str();
   cmd->callback([&exit_code, options, cmd] {

@@ -340,7 +340,7 @@ void add_plan_command(CLI::App& app, int& exit_code) {
   cmd->add_flag("--no-c4", opt->no_c4, "The model has no ratio-4 (C4A) group");
   cmd->add_flag("--no-c128", opt->no_c128, "The model has no ratio-128 (C128A) group");
   cmd->add_option("--permute-seed", opt->permute_seed, "Shuffle the generated block tables (0: pages in order)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(unsigned_integer());
   std::vector<std::pair<std::string, CLI::Option*>> config_opts = {
       {"num-tokens", cmd->add_option("--num-tokens", opt->num_tokens, "Tokens in the step, trailing padding included")},
       {"window", cmd->add_option("--window", opt->config.window, "Sliding window W (128)")},

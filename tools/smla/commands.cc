@@ -9,6 +9,16 @@
 
 namespace smla::cli {
 
+CLI::Validator unsigned_integer() {
+  return CLI::Validator(
+      [](std::string& value) -> std::string {
+        const std::size_t first = value.find_first_not_of(" \t");
+        if (first != std::string::npos && value[first] == '-') return "expected an integer >= 0, got " + value;
+        return {};
+      },
+      "UINT");
+}
+
 int run_guarded(std::string_view command, const std::function<int()>& body) {
   try {
     return body();
