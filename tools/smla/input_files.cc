@@ -81,7 +81,7 @@ std::string file_kind(fs::file_type type) {
 
 // Why `path` cannot be used, from the error of fs::status / open.
 std::string describe_error(const std::error_code& error) {
-  if (error == std::errc::no_such_file_or_directory) return "no such file";
+  if (error == std::errc::no_such_file_or_directory) return "file not found";
   if (error == std::errc::too_many_symbolic_link_levels) return "a symbolic link loop";
   if (error == std::errc::permission_denied) return "permission denied";
   if (error == std::errc::not_a_directory) return "a path component is not a directory";
@@ -97,7 +97,7 @@ Status path_error(const fs::path& path, std::string_view what, std::string_view 
 Expected<InputFile> InputFile::open(const fs::path& path, std::string_view what, std::uint64_t max_bytes) {
   std::error_code error;
   const fs::file_status status = fs::status(path, error);
-  if (status.type() == fs::file_type::not_found) return path_error(path, what, "no such file");
+  if (status.type() == fs::file_type::not_found) return path_error(path, what, "file not found");
   if (error) return path_error(path, what, describe_error(error));
   if (status.type() != fs::file_type::regular) return path_error(path, what, file_kind(status.type()));
   // O_NONBLOCK: a FIFO swapped in after the check must not block the open.

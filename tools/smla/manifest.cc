@@ -26,15 +26,6 @@ constexpr std::array<std::string_view, 14> kDecodeKeys = {
 constexpr std::array<std::string_view, 8> kPrefillKeys = {"op",          "softmax_scale", "q", "kv", "indices",
                                                           "topk_length", "sink",          "d_v"};
 
-std::string_view json_type_name(const Json& value) {
-  if (value.is_null()) return "null";
-  if (value.is_boolean()) return "a boolean";
-  if (value.is_number()) return "a number";
-  if (value.is_string()) return "a string";
-  if (value.is_array()) return "an array";
-  return "an object";
-}
-
 // Reads the typed values of one manifest, each error naming the file and the key.
 class ManifestReader {
  public:
@@ -204,6 +195,16 @@ Status parse_prefill(const ManifestReader& reader, const Json& root, std::string
 }
 
 }  // namespace
+
+std::string_view json_type_name(const Json& value) {
+  if (value.is_null()) return "null";
+  if (value.is_boolean()) return "a boolean";
+  if (value.is_number_float()) return "a number with a fraction or exponent";
+  if (value.is_number()) return "an integer";
+  if (value.is_string()) return "a string";
+  if (value.is_array()) return "an array";
+  return "an object";
+}
 
 Expected<nlohmann::json> parse_json_text(std::string_view text, std::string_view name) {
   try {

@@ -52,6 +52,8 @@ inline constexpr std::string_view kManifestFileName = "manifest.json";
 // Parses JSON text; a syntax error names `name`, the line, column and byte.
 // Shared by the manifest and `smla plan --batch`.
 Expected<nlohmann::json> parse_json_text(std::string_view text, std::string_view name);
+// "null", "a boolean", "an integer", "a number with a fraction or exponent", "a string", "an array", "an object".
+std::string_view json_type_name(const nlohmann::json& value);
 
 // Parses and checks the JSON text: required keys present, every value of the
 // right JSON type, op and format known, no unknown keys (keys starting with '_'

@@ -19,16 +19,6 @@ using Json = nlohmann::json;
 
 constexpr std::uint64_t kMaxBatchFileBytes = std::uint64_t{64} << 20;
 
-std::string_view json_type_name(const Json& value) {
-  if (value.is_null()) return "null";
-  if (value.is_boolean()) return "a boolean";
-  if (value.is_number_float()) return "a number with a fraction or exponent";
-  if (value.is_number()) return "an integer";
-  if (value.is_string()) return "a string";
-  if (value.is_array()) return "an array";
-  return "an object";
-}
-
 // Reads typed values; every error names the file and the JSON path.
 class BatchReader {
  public:
