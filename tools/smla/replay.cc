@@ -208,15 +208,18 @@ class CaseLoader {
   std::vector<std::pair<std::string, TensorView>> outputs_;
 };
 
-// The manifest key a library error is about: the argument name it starts with
-// ("main_lengths[0]: ..." -> "main_lengths"), or empty.
-std::string_view argument_of(const std::string& message) {
+// The manifest key a library error is about: the argument name it starts with,
+// after the entry's name ("sparse_decode: main_lengths[0]: ..." -> "main_lengths"), or empty.
+std::string_view argument_of(std::string_view message) {
+  for (std::string_view entry : {"sparse_decode: ", "sparse_prefill: "}) {
+    if (message.substr(0, entry.size()) == entry) message.remove_prefix(entry.size());
+  }
   std::size_t end = 0;
   while (end < message.size() && (std::islower(static_cast<unsigned char>(message[end])) != 0 ||
                                   std::isdigit(static_cast<unsigned char>(message[end])) != 0 || message[end] == '_')) {
     ++end;
   }
-  return std::string_view(message).substr(0, end);
+  return message.substr(0, end);
 }
 
 // Prefixes a failed library call's status with the manifest and, when the

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "smla/metadata.h"
 #include "tools/smla/commands.h"
 
 namespace smla::testing {
@@ -120,6 +121,22 @@ TEST(MetadataPlanCli, TokenValidIsZeroOrOne) {
   const auto j = nlohmann::json::parse(out.read());
   EXPECT_EQ(j["tokens"]["is_valid_token"][1], 0);
   EXPECT_EQ(j["tokens"]["swa_slot_mapping"][1], -1);
+}
+
+// Found by fuzz_index_transforms: an empty index list ([n, 0]) with null data made
+// the transform offset a null pointer per row (undefined; UBSan in the asan preset).
+TEST(MetadataEmptyViews, NullDataEmptyRowsAreNotOffset) {
+  std::int32_t req_id[2] = {0, 0};
+  std::int32_t table[2] = {0, 1};
+  const TensorView indices = TensorView::contiguous(nullptr, DType::kI32, {2, 0});
+  const TensorView out = TensorView::contiguous(nullptr, DType::kI32, {2, 0});
+  std::int32_t counts[2] = {-7, -7};
+  ASSERT_TRUE(v32_request_to_global_indices(indices, TensorView::contiguous(req_id, DType::kI32, {2}),
+                                            TensorView::contiguous(table, DType::kI32, {1, 2}), 64, 0, out,
+                                            TensorView::contiguous(counts, DType::kI32, {2}))
+                  .ok());
+  EXPECT_EQ(counts[0], 0);
+  EXPECT_EQ(counts[1], 0);
 }
 
 }  // namespace

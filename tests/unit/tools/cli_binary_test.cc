@@ -123,7 +123,10 @@ TEST(SmlaBinaryHostile, OptionsTakeExactlyTheirDocumentedValues) {
                                 "plan --query-lens 1,1 --seq-lens 10,10 --token-valid 1,2",
                                 "plan --query-lens 4294967297 --seq-lens 10",
                                 "plan --query-lens 1 --seq-lens 10 --permute-seed -1",
-                                "attn --seed -1", "attn --requests 1e9", "attn --tokens 1.5"}) {
+                                "attn --seed -1", "attn --requests 1e9", "attn --tokens 1.5",
+                                "demo --decode-steps 2000000000 --no-progress", "demo --decode-steps -1 --no-progress",
+                                "demo --index-topk -5 --no-progress", "demo --tolerance nan --no-progress",
+                                "demo --seed -1 --no-progress", "demo --prompts 2000000000 --no-progress"}) {
     const RunResult result = run_smla(arguments);
     EXPECT_EQ(result.exit_code, 2) << "smla " << arguments << "\n" << result.output;
   }
