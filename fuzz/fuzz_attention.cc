@@ -22,7 +22,7 @@ using smla::fuzz::view_in;
 
 // Index values: mostly small (valid or just out of range), sometimes anything.
 void index_values(FuzzedDataProvider& fdp, Arena& arena, std::int32_t slots) {
-  if (fdp.ConsumeIntegralInRange<int>(0, 7) == 0) return;
+  if (fdp.ConsumeIntegralInRange<int>(0, 7) == 7) return;
   auto* words = reinterpret_cast<std::int32_t*>(arena.data());
   for (std::size_t i = 0; i < arena.bytes() / 4; ++i) {
     words[i] = static_cast<std::int32_t>(static_cast<std::uint32_t>(words[i]) % static_cast<std::uint32_t>(slots + 4)) - 2;
@@ -35,17 +35,17 @@ smla::KvCacheView cache_in(FuzzedDataProvider& fdp, const Arena& arena, smla::Kv
   const smla::KvFormatInfo info = smla::kv_format_info(format);
   const std::int64_t item = static_cast<std::int64_t>(smla::dtype_size(info.storage_dtype));
   const std::int64_t capacity = static_cast<std::int64_t>(arena.bytes()) / item;
-  std::int64_t pages = extent(fdp, 0, 3), page_size = extent(fdp, 1, 4);
+  std::int64_t pages = 3 - extent(fdp, 0, 3), page_size = 4 - extent(fdp, 0, 3);
   const std::int64_t row = info.row_elements;
   // V4 pages are padded to 576-byte multiples: give room for it.
   std::int64_t stride = page_size * row + extent(fdp, 0, 2) * (576 / item) + extent(fdp, 0, 8);
-  if (fdp.ConsumeIntegralInRange<int>(0, 15) == 0) stride = extent(fdp, 0, page_size * row);
+  if (fdp.ConsumeIntegralInRange<int>(0, 15) == 15) stride = extent(fdp, 0, page_size * row);
   while (pages > 0 && (pages - 1) * stride + page_size * row > capacity) --pages;
   smla::KvCacheView cache;
   cache.format = format;
-  cache.fp8_scale = fdp.ConsumeFloatingPoint<float>();
+  cache.fp8_scale = fdp.ConsumeBool() ? fdp.ConsumeFloatingPoint<float>() : 0.5f;
   cache.pages = TensorView::strided(arena.data(), info.storage_dtype, {pages, page_size, row}, {stride, row, 1});
-  if (fdp.ConsumeIntegralInRange<int>(0, 15) == 0) cache.pages.stride[1] = row + 1;  // rows not packed
+  if (fdp.ConsumeIntegralInRange<int>(0, 15) == 15) cache.pages.stride[1] = row + 1;  // rows not packed
   if (pages > 0) {
     const std::int64_t used = (pages - 1) * stride + page_size * row;
     cache.pages.data = arena.data() + extent(fdp, 0, capacity - used) * item;
@@ -57,32 +57,32 @@ smla::KvCacheView cache_in(FuzzedDataProvider& fdp, const Arena& arena, smla::Kv
 void decode(FuzzedDataProvider& fdp) {
   const auto format = static_cast<smla::KvFormat>(fdp.ConsumeIntegralInRange<int>(0, 3));
   const smla::KvFormatInfo info = smla::kv_format_info(format);
-  const std::int64_t t = extent(fdp, 0, 3);
-  const std::int64_t h = fdp.ConsumeIntegralInRange<int>(0, 31) == 0 ? extent(fdp, 0, 130) : extent(fdp, 1, 4);
-  const std::int64_t d_qk = fdp.ConsumeIntegralInRange<int>(0, 31) == 0 ? extent(fdp, 0, 600) : info.head_dim;
+  const std::int64_t t = 3 - extent(fdp, 0, 3);
+  const std::int64_t h = fdp.ConsumeIntegralInRange<int>(0, 31) == 31 ? extent(fdp, 0, 130) : extent(fdp, 1, 4);
+  const std::int64_t d_qk = fdp.ConsumeIntegralInRange<int>(0, 31) == 31 ? extent(fdp, 0, 600) : info.head_dim;
   Arena q_arena(fdp, static_cast<std::size_t>(2 * (t * h * d_qk + 64)));
   Arena main_arena(fdp, 4 * 2400), extra_arena(fdp, 2 * 2400), index_arena(fdp, 4 * 96), small(fdp, 4 * 160);
   smla::SparseDecodeArgs args;
   args.q = view_in(fdp, q_arena, DType::kBF16, {t, h, d_qk});
   args.main_cache = cache_in(fdp, main_arena, format);
   index_values(fdp, index_arena, static_cast<std::int32_t>(args.main_cache.num_slots()));
-  args.main_indices = view_in(fdp, index_arena, DType::kI32, {t, extent(fdp, 0, 8)});
+  args.main_indices = view_in(fdp, index_arena, DType::kI32, {t, 8 - extent(fdp, 0, 8)});
   if (fdp.ConsumeBool()) args.main_lengths = view_in(fdp, small, DType::kI32, {t});
   if (fdp.ConsumeBool()) {
     args.extra_cache = cache_in(fdp, extra_arena, format);
     args.extra_indices = view_in(fdp, index_arena, DType::kI32, {t, extent(fdp, 0, 6)});
     if (fdp.ConsumeBool()) args.extra_lengths = view_in(fdp, small, DType::kI32, {t});
-  } else if (fdp.ConsumeIntegralInRange<int>(0, 15) == 0) {
+  } else if (fdp.ConsumeIntegralInRange<int>(0, 15) == 15) {
     args.extra_indices = view_in(fdp, index_arena, DType::kI32, {t, 2});  // indices without a cache
   }
   if (fdp.ConsumeBool()) args.sink = view_in(fdp, small, DType::kF32, {h});
-  args.softmax_scale = fdp.ConsumeBool() ? 0.0442f : fdp.ConsumeFloatingPoint<float>();
-  args.queries_per_request = fdp.ConsumeIntegralInRange<std::int64_t>(-1, 4);
+  args.softmax_scale = fdp.ConsumeBool() ? fdp.ConsumeFloatingPoint<float>() : 0.0442f;
+  args.queries_per_request = 1 + fdp.ConsumeIntegralInRange<std::int64_t>(-2, 3) * (fdp.ConsumeBool() ? 1 : -1);
   for (TensorView* v : {&args.q, &args.main_indices, &args.main_lengths, &args.extra_indices, &args.extra_lengths,
                         &args.sink}) {
     maybe_damage(fdp, *v);
   }
-  const std::int64_t d_v = fdp.ConsumeIntegralInRange<int>(0, 31) == 0 ? extent(fdp, 0, 600) : info.value_dim;
+  const std::int64_t d_v = fdp.ConsumeIntegralInRange<int>(0, 31) == 31 ? extent(fdp, 0, 600) : info.value_dim;
   Arena out_arena(fdp, static_cast<std::size_t>(2 * (t * h * d_v + 32))), lse_arena(fdp, static_cast<std::size_t>(4 * (t * h + 8)));
   args.out = view_in(fdp, out_arena, DType::kBF16, {t, h, d_v});
   if (fdp.ConsumeBool()) args.lse = view_in(fdp, lse_arena, DType::kF32, {t, h});
@@ -98,21 +98,21 @@ void decode(FuzzedDataProvider& fdp) {
 }
 
 void prefill(FuzzedDataProvider& fdp) {
-  const std::int64_t s_q = extent(fdp, 0, 3);
-  const std::int64_t h = fdp.ConsumeIntegralInRange<int>(0, 31) == 0 ? extent(fdp, 0, 130) : extent(fdp, 1, 4);
-  const std::int64_t d_qk = fdp.ConsumeBool() ? 512 : fdp.ConsumeBool() ? 576 : extent(fdp, 0, 600);
-  const std::int64_t s_kv = extent(fdp, 0, 6);
+  const std::int64_t s_q = 3 - extent(fdp, 0, 3);
+  const std::int64_t h = fdp.ConsumeIntegralInRange<int>(0, 31) == 31 ? extent(fdp, 0, 130) : extent(fdp, 1, 4);
+  const std::int64_t d_qk = !fdp.ConsumeBool() ? 512 : fdp.ConsumeBool() ? extent(fdp, 0, 600) : 576;
+  const std::int64_t s_kv = 6 - extent(fdp, 0, 6);
   Arena q_arena(fdp, static_cast<std::size_t>(2 * (s_q * h * d_qk + 64)));
   Arena kv_arena(fdp, static_cast<std::size_t>(2 * (s_kv * d_qk + 64))), index_arena(fdp, 4 * 96), small(fdp, 4 * 64);
   smla::SparsePrefillArgs args;
   args.q = view_in(fdp, q_arena, DType::kBF16, {s_q, h, d_qk});
   args.kv = view_in(fdp, kv_arena, DType::kBF16, {s_kv, d_qk});
   index_values(fdp, index_arena, static_cast<std::int32_t>(s_kv));
-  args.indices = view_in(fdp, index_arena, DType::kI32, {s_q, extent(fdp, 0, 8)});
+  args.indices = view_in(fdp, index_arena, DType::kI32, {s_q, 8 - extent(fdp, 0, 8)});
   if (fdp.ConsumeBool()) args.topk_length = view_in(fdp, small, DType::kI32, {s_q});
   if (fdp.ConsumeBool()) args.sink = view_in(fdp, small, DType::kF32, {h});
-  args.softmax_scale = fdp.ConsumeBool() ? 0.0442f : fdp.ConsumeFloatingPoint<float>();
-  args.d_v = fdp.ConsumeBool() ? 512 : fdp.ConsumeIntegralInRange<int>(-1, 600);
+  args.softmax_scale = fdp.ConsumeBool() ? fdp.ConsumeFloatingPoint<float>() : 0.0442f;
+  args.d_v = fdp.ConsumeBool() ? fdp.ConsumeIntegralInRange<int>(-1, 600) : 512;
   for (TensorView* v : {&args.q, &args.kv, &args.indices, &args.topk_length, &args.sink}) maybe_damage(fdp, *v);
   const std::int64_t d_v = args.d_v > 0 ? args.d_v : 1;
   Arena out_arena(fdp, static_cast<std::size_t>(2 * (s_q * h * d_v + 32)));

@@ -32,7 +32,7 @@ struct Out {
 
 // Fills an i32 arena with small values (mostly in [-2, 40)) when asked.
 void small_values(FuzzedDataProvider& fdp, Arena& arena) {
-  if (!fdp.ConsumeBool()) return;
+  if (fdp.ConsumeBool()) return;  // used-up input: small values
   auto* words = reinterpret_cast<std::int32_t*>(arena.data());
   for (std::size_t i = 0; i < arena.bytes() / 4; ++i) words[i] = static_cast<std::int32_t>(static_cast<std::uint32_t>(words[i]) % 42) - 2;
 }
@@ -93,7 +93,7 @@ void mixed(FuzzedDataProvider& fdp) {
   batch.swa_block_table = view_in(fdp, ints, DType::kI32, {reqs, extent(fdp, 0, 12)});
   if (fdp.ConsumeBool()) batch.c4_block_table = view_in(fdp, ints, DType::kI32, {reqs, extent(fdp, 0, 6)});
   if (fdp.ConsumeBool()) batch.c128_block_table = view_in(fdp, ints, DType::kI32, {reqs, extent(fdp, 0, 6)});
-  const int ratio = fdp.PickValueInArray({1, 4, 128, 3});
+  const int ratio = fdp.PickValueInArray({4, 1, 128, 3});
   const std::int64_t t = extent(fdp, 0, 40);
   TensorView topk = view_in(fdp, ints, DType::kI32, {t, extent(fdp, 0, 20)});
   for (TensorView* v : {&batch.query_lens, &batch.seq_lens, &batch.swa_block_table, &topk}) maybe_damage(fdp, *v);

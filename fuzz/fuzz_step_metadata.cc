@@ -22,7 +22,7 @@ constexpr std::uint8_t kSentinel = 0xA5;
 
 smla::StepConfig random_config(FuzzedDataProvider& fdp) {
   smla::StepConfig c;
-  if (fdp.ConsumeIntegralInRange<int>(0, 15) == 0) {  // anything, valid or not
+  if (fdp.ConsumeIntegralInRange<int>(0, 15) == 15) {  // anything, valid or not
     c.window = fdp.ConsumeIntegral<int>();
     c.max_model_len = fdp.ConsumeIntegral<std::int64_t>();
     c.max_num_batched_tokens = fdp.ConsumeIntegral<std::int64_t>();
@@ -34,14 +34,15 @@ smla::StepConfig random_config(FuzzedDataProvider& fdp) {
     c.c128a_active_width = fdp.ConsumeIntegral<int>();
     return c;
   }
-  c.window = fdp.ConsumeIntegralInRange<int>(0, 40);
-  c.max_model_len = fdp.ConsumeIntegralInRange<std::int64_t>(0, 1200);
-  c.max_num_batched_tokens = fdp.ConsumeIntegralInRange<std::int64_t>(0, 64);
-  c.index_topk = fdp.ConsumeIntegralInRange<int>(0, 40);
+  // Small and mostly valid; 0 (an invalid size) now and then. Used-up input gives the upper ends.
+  c.window = 40 - fdp.ConsumeIntegralInRange<int>(0, 40);
+  c.max_model_len = 1200 - fdp.ConsumeIntegralInRange<std::int64_t>(0, 1200);
+  c.max_num_batched_tokens = 64 - fdp.ConsumeIntegralInRange<std::int64_t>(0, 64);
+  c.index_topk = 40 - fdp.ConsumeIntegralInRange<int>(0, 40);
   c.num_speculative_tokens = fdp.ConsumeIntegralInRange<int>(0, 3);
-  c.prefill_chunk_size = fdp.ConsumeIntegralInRange<int>(0, 4);
-  c.swa_page_size = fdp.ConsumeIntegralInRange<int>(0, 70);
-  c.logical_block_size = 128 * fdp.ConsumeIntegralInRange<int>(0, 3) + (fdp.ConsumeBool() ? 0 : 1);
+  c.prefill_chunk_size = 4 - fdp.ConsumeIntegralInRange<int>(0, 4);
+  c.swa_page_size = 70 - fdp.ConsumeIntegralInRange<int>(0, 70);
+  c.logical_block_size = 128 * (3 - fdp.ConsumeIntegralInRange<int>(0, 3)) + (fdp.ConsumeBool() ? 1 : 0);
   c.c128a_active_width = fdp.ConsumeIntegralInRange<int>(0, 20);
   return c;
 }
@@ -70,11 +71,11 @@ struct Buffer {
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   FuzzedDataProvider fdp(data, size);
   const smla::StepConfig config = random_config(fdp);
-  const std::int64_t reqs = smla::fuzz::extent(fdp, 0, 6);
+  const std::int64_t reqs = 6 - smla::fuzz::extent(fdp, 0, 6);
   Arena ints(fdp, 4 * 512);
   // Lengths: mostly plausible (small), sometimes any i32.
   auto* words = reinterpret_cast<std::int32_t*>(ints.data());
-  if (fdp.ConsumeBool()) {
+  if (!fdp.ConsumeBool()) {  // used-up input: plausible lengths
     for (std::size_t i = 0; i < 512; ++i) {
       words[i] = static_cast<std::int32_t>(static_cast<std::uint32_t>(words[i]) % 1100) - (words[i] % 37 == 0 ? 1 : 0);
     }

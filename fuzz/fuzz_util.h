@@ -28,16 +28,24 @@
 
 namespace smla::fuzz {
 
-// A heap block of exactly `bytes` bytes (so ASan sees any access past its end),
-// filled with random bytes from the input. Keeps a copy to detect writes.
+// A heap block of exactly `bytes` bytes (so ASan sees any access past its end).
+// Its first bytes come from the input (at most a quarter of what is left, so
+// that the choices made after it still have input), the rest from a generator
+// seeded by them. Keeps a copy to detect writes.
 class Arena {
  public:
   Arena(FuzzedDataProvider& fdp, std::size_t bytes) : bytes_(std::max<std::size_t>(bytes, 1)) {
     data_ = static_cast<std::byte*>(std::malloc(bytes_));
     SMLA_FUZZ_CHECK(data_ != nullptr);
-    const std::vector<std::uint8_t> fill = fdp.ConsumeBytes<std::uint8_t>(bytes_);
-    std::memset(data_, 0, bytes_);
+    const std::vector<std::uint8_t> fill =
+        fdp.ConsumeBytes<std::uint8_t>(std::min(bytes_, fdp.remaining_bytes() / 4));
     if (!fill.empty()) std::memcpy(data_, fill.data(), fill.size());
+    std::uint64_t state = 0x9E3779B97F4A7C15ull ^ bytes_;
+    for (std::uint8_t b : fill) state = (state ^ b) * 0x100000001B3ull;
+    for (std::size_t i = fill.size(); i < bytes_; ++i) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      data_[i] = static_cast<std::byte>(state >> 56);
+    }
   }
   ~Arena() { std::free(data_); }
   Arena(const Arena&) = delete;
@@ -73,10 +81,10 @@ inline TensorView view_in(FuzzedDataProvider& fdp, const Arena& arena, DType dty
   for (int i = v.rank - 1; i >= 0; --i) {
     const auto u = static_cast<std::size_t>(i);
     std::int64_t stride = running + fdp.ConsumeIntegralInRange<std::int64_t>(0, 3);
-    const int mode = fdp.ConsumeIntegralInRange<int>(0, 15);
+    const int mode = fdp.ConsumeIntegralInRange<int>(0, 15);  // 0 when the input is used up: dense
     if (i == v.rank - 1 && !any_last_stride) stride = 1;
-    else if (mode == 0) stride = 0;                      // broadcast
-    else if (mode == 1) stride = -stride;                // reversed
+    else if (mode == 15) stride = 0;                     // broadcast
+    else if (mode == 14) stride = -stride;               // reversed
     v.stride[u] = stride;
     running = std::max<std::int64_t>(running, std::max<std::int64_t>(stride, -stride) * std::max<std::int64_t>(v.shape[u], 1));
   }
@@ -139,11 +147,11 @@ inline std::int64_t extent(FuzzedDataProvider& fdp, std::int64_t lo, std::int64_
   return fdp.ConsumeIntegralInRange<std::int64_t>(lo, hi);
 }
 
-// With a small probability, damages a view the way a careless caller would:
+// With a small probability (never once the input is used up), damages a view the way a careless caller would:
 // wrong dtype, rank, a smaller or negative extent, absent, null data, a CUDA
 // device, a strided last dim. Never makes a view reach outside its memory.
 inline void maybe_damage(FuzzedDataProvider& fdp, TensorView& v) {
-  switch (fdp.ConsumeIntegralInRange<int>(0, 31)) {
+  switch (31 - fdp.ConsumeIntegralInRange<int>(0, 31)) {
     case 0: v.dtype = static_cast<DType>(fdp.ConsumeIntegralInRange<int>(0, 7)); break;
     case 1: v.rank = fdp.ConsumeIntegralInRange<int>(-1, kMaxRank); break;
     case 2: v.shape[0] = fdp.ConsumeIntegralInRange<std::int64_t>(-2, std::max<std::int64_t>(v.shape[0], -2)); break;
