@@ -4,6 +4,7 @@
 // The call must return a Status or compute; it must never read outside the
 // views' memory (ASan: every arena is an exact-size heap block), never write to
 // an input, and never write outside `out` / `lse` / `max_logits`.
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -21,11 +22,12 @@ using smla::fuzz::maybe_damage;
 using smla::fuzz::view_in;
 
 // Index values: mostly small (valid or just out of range), sometimes anything.
-void index_values(FuzzedDataProvider& fdp, Arena& arena, std::int32_t slots) {
+void index_values(FuzzedDataProvider& fdp, Arena& arena, std::int64_t slots) {
   if (fdp.ConsumeIntegralInRange<int>(0, 7) == 7) return;
   auto* words = reinterpret_cast<std::int32_t*>(arena.data());
   for (std::size_t i = 0; i < arena.bytes() / 4; ++i) {
-    words[i] = static_cast<std::int32_t>(static_cast<std::uint32_t>(words[i]) % static_cast<std::uint32_t>(slots + 4)) - 2;
+    const auto modulus = static_cast<std::uint32_t>(std::clamp<std::int64_t>(slots, 0, 1 << 20) + 4);
+    words[i] = static_cast<std::int32_t>(static_cast<std::uint32_t>(words[i]) % modulus) - 2;
   }
 }
 
@@ -65,7 +67,7 @@ void decode(FuzzedDataProvider& fdp) {
   smla::SparseDecodeArgs args;
   args.q = view_in(fdp, q_arena, DType::kBF16, {t, h, d_qk});
   args.main_cache = cache_in(fdp, main_arena, format);
-  index_values(fdp, index_arena, static_cast<std::int32_t>(args.main_cache.num_slots()));
+  index_values(fdp, index_arena, args.main_cache.num_slots());
   args.main_indices = view_in(fdp, index_arena, DType::kI32, {t, 8 - extent(fdp, 0, 8)});
   if (fdp.ConsumeBool()) args.main_lengths = view_in(fdp, small, DType::kI32, {t});
   if (fdp.ConsumeBool()) {
@@ -107,7 +109,7 @@ void prefill(FuzzedDataProvider& fdp) {
   smla::SparsePrefillArgs args;
   args.q = view_in(fdp, q_arena, DType::kBF16, {s_q, h, d_qk});
   args.kv = view_in(fdp, kv_arena, DType::kBF16, {s_kv, d_qk});
-  index_values(fdp, index_arena, static_cast<std::int32_t>(s_kv));
+  index_values(fdp, index_arena, s_kv);
   args.indices = view_in(fdp, index_arena, DType::kI32, {s_q, 8 - extent(fdp, 0, 8)});
   if (fdp.ConsumeBool()) args.topk_length = view_in(fdp, small, DType::kI32, {s_q});
   if (fdp.ConsumeBool()) args.sink = view_in(fdp, small, DType::kF32, {h});
