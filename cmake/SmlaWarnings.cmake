@@ -1,7 +1,7 @@
 add_library(smla_warnings INTERFACE)
 target_compile_options(smla_warnings INTERFACE
   $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wshadow -Wvla -Wnon-virtual-dtor
-    -Wno-maybe-uninitialized>  # GCC 12 reports false positives inside std::variant
+    $<$<CXX_COMPILER_ID:GNU>:-Wno-maybe-uninitialized>>  # GCC 12 reports false positives inside std::variant
   $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<BOOL:${SMLA_WARNINGS_AS_ERRORS}>>:-Werror>)
 
 add_library(smla_sanitize INTERFACE)

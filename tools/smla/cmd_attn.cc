@@ -3,6 +3,7 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <cmath>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -14,6 +15,7 @@
 #include "testkit/testkit.h"
 #include "tools/smla/check.h"
 #include "tools/smla/commands.h"
+#include "tools/smla/input_files.h"
 #include "tools/smla/run_op.h"
 
 namespace smla::cli {
@@ -55,6 +57,44 @@ Status in_option_names(const Status& status) {
   return status;
 }
 
+// An upper bound of the host bytes the batch takes (testkit::make_decode_case,
+// the outputs and the reference's outputs), per group of options, so that a
+// batch too large for the machine is refused before anything is allocated.
+Status check_batch_size(const testkit::DecodeCaseOptions& o) {
+  using Real = long double;
+  const KvFormatInfo info = kv_format_info(o.format);
+  const Real tokens = static_cast<Real>(o.num_requests) * static_cast<Real>(o.s_q);
+  const auto cache_bytes = [&](std::int64_t context, std::int64_t page_size, std::int64_t topk) {
+    const Real pages = static_cast<Real>(o.num_requests) * std::ceil(static_cast<Real>(context) / page_size) + 2;
+    const Real slots = pages * static_cast<Real>(page_size);
+    // Pages (plus padding), one bit per slot, and the float rows written for the attended slots.
+    return slots * (info.bytes_per_token + 1) + pages * 64 +
+           std::min(slots, tokens * static_cast<Real>(topk)) * info.head_dim * 4;
+  };
+  // Per index entry: the i32 index, its logical position (i64) and bookkeeping.
+  constexpr Real kIndexEntryBytes = 24;
+  struct Term {
+    const char* options;
+    Real bytes;
+  };
+  const Term terms[] = {
+      {"--requests, --tokens, --heads",
+       tokens * static_cast<Real>(o.num_heads) * (info.head_dim * 2 + info.value_dim * 4 + 16)},
+      {"--page-size, --context, --requests", cache_bytes(o.main_context, o.main_page_size, o.main_topk)},
+      {"--window", tokens * static_cast<Real>(o.main_topk) * kIndexEntryBytes},
+      {"--extra-page-size, --extra-context, --requests",
+       o.extra_topk > 0 ? cache_bytes(o.extra_context, o.extra_page_size, o.extra_topk) : 0},
+      {"--extra-topk", tokens * static_cast<Real>(o.extra_topk) * kIndexEntryBytes},
+  };
+  Real total = 0;
+  const Term* largest = &terms[0];
+  for (const Term& term : terms) {
+    total += term.bytes;
+    if (term.bytes > largest->bytes) largest = &term;
+  }
+  return check_allocation(largest->options, "a batch (q, caches, indices, outputs) whose host memory stays", total);
+}
+
 int run_attn_command(AttnCommandOptions options) {
   auto format = parse_kv_format(options.format);
   if (!format) return fail_input(format.status());
@@ -67,6 +107,7 @@ int run_attn_command(AttnCommandOptions options) {
   if (Status status = testkit::check_decode_case_options(options.decode); !status.ok()) {
     return fail_input(in_option_names(status));
   }
+  if (Status status = check_batch_size(options.decode); !status.ok()) return fail_input(status);
   const Backend backend = resolve_backend(*requested);
   if (!backend_available(backend)) {
     return fail_input(unimplemented(fmt::format("backend '{}' is not available in this build or on this machine",
@@ -132,13 +173,13 @@ void add_attn_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--format", options->format, "KV format: v4-fp8, v32-fp8, bf16-rows or fp8-rows")
       ->capture_default_str();
   cmd->add_flag("--random-lengths", d.random_lengths, "Per-token lengths uniform in [0, width]");
-  cmd->add_option("--seed", d.seed, "Random seed of the batch")->capture_default_str();
+  cmd->add_option("--seed", d.seed, "Random seed of the batch")->check(unsigned_integer())->capture_default_str();
   cmd->add_option("--backend", options->backend, "auto, reference, cpu or cuda")->capture_default_str();
   cmd->add_option("--repeat", options->repeat, "Timed calls; the median is reported")->capture_default_str();
   cmd->callback([&exit_code, options, cmd] {
     AttnCommandOptions run = *options;
     run.extra_topk_given = cmd->count("--extra-topk") > 0;
-    exit_code = run_attn_command(std::move(run));
+    exit_code = run_guarded("smla attn", [&run] { return run_attn_command(std::move(run)); });
   });
 }
 

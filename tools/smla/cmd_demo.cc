@@ -296,13 +296,18 @@ int run_demo(const DemoOptions& opt) {
   if (!config) return fail(config.status());
   if (opt.index_topk > 0) config->index_topk = opt.index_topk;
   if (opt.chunk_tokens < 2) return fail(invalid_argument("--chunk", "at least 2 tokens", std::to_string(opt.chunk_tokens)));
+  if (opt.decode_steps < 0) return fail(invalid_argument("--decode-steps", ">= 0", std::to_string(opt.decode_steps)));
+  if (opt.index_topk < 0) return fail(invalid_argument("--index-topk", ">= 0 (0: the model's)", std::to_string(opt.index_topk)));
+  if (!(std::isfinite(opt.tolerance) && opt.tolerance >= 0)) {
+    return fail(invalid_argument("--tolerance", "a finite value >= 0", fmt::format("{}", opt.tolerance)));
+  }
 
   ModelOptions model_options;
   model_options.kv_format = *format;
   model_options.max_requests = static_cast<int>(prompts->size());
   std::int64_t longest = 0;
   for (auto p : *prompts) longest = std::max(longest, p);
-  model_options.max_model_len = longest + 2 * opt.decode_steps;
+  model_options.max_model_len = longest + 2 * static_cast<std::int64_t>(opt.decode_steps);
   model_options.max_batched_tokens = opt.chunk_tokens;
   model_options.num_speculative_tokens = 1;
   model_options.seed = opt.seed;
@@ -421,12 +426,12 @@ void add_demo_command(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   cmd->add_option("--index-topk", opt->index_topk, "override the indexer top-k (0 = the model's)")
       ->capture_default_str();
-  cmd->add_option("--seed", opt->seed, "seed of the synthetic weights and inputs")->capture_default_str();
+  cmd->add_option("--seed", opt->seed, "seed of the synthetic weights and inputs")->check(unsigned_integer())->capture_default_str();
   cmd->add_option("--tolerance", opt->tolerance, "max abs attention error vs the float64 reference")
       ->capture_default_str();
   cmd->add_flag("!--no-verify", opt->verify, "skip the float64 verification");
   cmd->add_flag("!--no-progress", opt->progress, "no progress bar");
-  cmd->callback([opt, &exit_code] { exit_code = run_demo(*opt); });
+  cmd->callback([opt, &exit_code] { exit_code = run_guarded("smla demo", [&opt] { return run_demo(*opt); }); });
 }
 
 }  // namespace smla::cli

@@ -18,87 +18,14 @@
 
 #include "smla/metadata.h"
 #include "tools/smla/commands.h"
+#include "tools/smla/input_files.h"
+#include "tools/smla/plan_batch.h"
 
 namespace smla::cli {
 
 namespace {
 
 using nlohmann::json;
-
-struct Table {
-  std::int64_t cols = 0;
-  std::vector<std::int32_t> data;  // [rows, cols], unused cells -1
-
-  TensorView view(std::int64_t rows) { return TensorView::contiguous(data.data(), DType::kI32, {rows, cols}); }
-};
-
-struct PlanInput {
-  StepConfig config;
-  std::vector<std::int32_t> query_lens, seq_lens;
-  std::vector<std::uint8_t> token_valid;
-  std::int64_t num_tokens = -1;
-  bool has_c4 = true, has_c128 = true;
-  std::vector<std::vector<std::int32_t>> given[3];  // per group, per request (may be empty)
-  Table tables[3];                                  // swa, c4, c128
-
-  BatchDescription desc() {
-    BatchDescription d;
-    const auto r = static_cast<std::int64_t>(query_lens.size());
-    d.query_lens = TensorView::contiguous(query_lens.data(), DType::kI32, {r});
-    d.seq_lens = TensorView::contiguous(seq_lens.data(), DType::kI32, {r});
-    d.num_tokens = num_tokens;
-    if (!token_valid.empty()) {
-      d.token_valid =
-          TensorView::contiguous(token_valid.data(), DType::kU8, {static_cast<std::int64_t>(token_valid.size())});
-    }
-    d.swa_block_table = tables[0].view(r);
-    if (has_c4) d.c4_block_table = tables[1].view(r);
-    if (has_c128) d.c128_block_table = tables[2].view(r);
-    return d;
-  }
-};
-
-constexpr const char* kGroupNames[3] = {"swa_block_table", "c4_block_table", "c128_block_table"};
-
-// Entries each request needs from a group's table (0: SWA pages, 1: ratio 4, 2: ratio 128).
-std::int64_t needed_cols(const StepConfig& c, int group, std::int64_t seq_len) {
-  if (group == 0) return (seq_len + c.swa_page_size - 1) / c.swa_page_size;
-  const int ratio = group == 1 ? 4 : 128;
-  const std::int64_t block = c.logical_block_size / ratio;
-  return (seq_len / ratio + block - 1) / block;
-}
-
-// Uses the given tables where present; otherwise allocates pages in order (shuffled with a seed).
-void build_tables(PlanInput& in, std::uint64_t permute_seed) {
-  const std::size_t reqs = in.query_lens.size();
-  for (int g = 0; g < 3; ++g) {
-    Table& t = in.tables[g];
-    std::vector<std::int64_t> need(reqs);
-    std::int64_t total = 0;
-    t.cols = 1;
-    for (std::size_t r = 0; r < reqs; ++r) {
-      const bool given = r < in.given[g].size() && !in.given[g][r].empty();
-      need[r] = given ? static_cast<std::int64_t>(in.given[g][r].size()) : needed_cols(in.config, g, in.seq_lens[r]);
-      t.cols = std::max(t.cols, need[r]);
-      total += given ? 0 : need[r];
-    }
-    std::vector<std::int32_t> pages(static_cast<std::size_t>(total));
-    for (std::size_t i = 0; i < pages.size(); ++i) pages[i] = static_cast<std::int32_t>(i);
-    if (permute_seed != 0) {
-      std::mt19937_64 rng(permute_seed + static_cast<std::uint64_t>(g));
-      std::shuffle(pages.begin(), pages.end(), rng);
-    }
-    t.data.assign(std::max<std::size_t>(reqs, 1) * static_cast<std::size_t>(t.cols), -1);
-    std::size_t next = 0;
-    for (std::size_t r = 0; r < reqs; ++r) {
-      const bool given = r < in.given[g].size() && !in.given[g][r].empty();
-      for (std::int64_t c = 0; c < need[r]; ++c) {
-        t.data[r * static_cast<std::size_t>(t.cols) + static_cast<std::size_t>(c)] =
-            given ? in.given[g][r][static_cast<std::size_t>(c)] : pages[next++];
-      }
-    }
-  }
-}
 
 json config_json(const StepConfig& c) {
   return {{"window", c.window},
@@ -110,41 +37,6 @@ json config_json(const StepConfig& c) {
           {"swa_page_size", c.swa_page_size},
           {"logical_block_size", c.logical_block_size},
           {"c128a_active_width", c.c128a_active_width}};
-}
-
-void read_config(const json& j, StepConfig& c) {
-  c.window = j.value("window", c.window);
-  c.max_model_len = j.value("max_model_len", c.max_model_len);
-  c.max_num_batched_tokens = j.value("max_num_batched_tokens", c.max_num_batched_tokens);
-  c.index_topk = j.value("index_topk", c.index_topk);
-  c.num_speculative_tokens = j.value("num_speculative_tokens", c.num_speculative_tokens);
-  c.prefill_chunk_size = j.value("prefill_chunk_size", c.prefill_chunk_size);
-  c.swa_page_size = j.value("swa_page_size", c.swa_page_size);
-  c.logical_block_size = j.value("logical_block_size", c.logical_block_size);
-  c.c128a_active_width = j.value("c128a_active_width", c.c128a_active_width);
-}
-
-// Throws nlohmann::json::exception on malformed input; the caller reports it.
-void read_batch_file(const std::string& path, PlanInput& in) {
-  std::ifstream file(path);
-  if (!file) throw std::runtime_error(fmt::format("cannot open {}", path));
-  const json j = json::parse(file);
-  if (j.contains("config")) read_config(j.at("config"), in.config);
-  in.num_tokens = j.value("num_tokens", std::int64_t{-1});
-  if (j.contains("token_valid")) in.token_valid = j.at("token_valid").get<std::vector<std::uint8_t>>();
-  if (j.contains("groups")) {
-    const auto groups = j.at("groups").get<std::vector<std::string>>();
-    in.has_c4 = std::find(groups.begin(), groups.end(), "c4") != groups.end();
-    in.has_c128 = std::find(groups.begin(), groups.end(), "c128") != groups.end();
-  }
-  for (const json& r : j.at("requests")) {
-    in.query_lens.push_back(r.at("query_len").get<std::int32_t>());
-    in.seq_lens.push_back(r.at("seq_len").get<std::int32_t>());
-    for (int g = 0; g < 3; ++g) {
-      in.given[g].push_back(r.contains(kGroupNames[g]) ? r.at(kGroupNames[g]).get<std::vector<std::int32_t>>()
-                                                       : std::vector<std::int32_t>{});
-    }
-  }
 }
 
 template <class T>
@@ -204,7 +96,7 @@ Expected<json> plan_json(PlanInput& in) {
   const auto reqs = static_cast<std::int64_t>(in.query_lens.size());
   for (int g = 0; g < 3; ++g) {
     if ((g == 1 && !in.has_c4) || (g == 2 && !in.has_c128)) continue;
-    tables[kGroupNames[g]] = rows_json(in.tables[g].data, reqs > 0 ? in.tables[g].cols : 0);
+    tables[kPlanGroupTables[g]] = rows_json(in.tables[g].data, reqs > 0 ? in.tables[g].cols : 0);
   }
   out["block_tables"] = tables;
   json tokens = {{"token_to_req", m->token_to_req},
@@ -356,13 +248,17 @@ struct PlanOptions {
   StepConfig config;
 };
 
+int fail_plan(const Status& status) {
+  fmt::print(stderr, "smla plan: {}\n", status.to_string());
+  return 2;
+}
+
 int run_plan(const PlanOptions& opt, const std::vector<std::pair<std::string, bool>>& set_flags) {
   PlanInput in;
-  try {
-    if (!opt.batch_file.empty()) read_batch_file(opt.batch_file, in);
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "smla plan: --batch {}: {}\n", opt.batch_file, e.what());
-    return 2;
+  if (!opt.batch_file.empty()) {
+    auto batch = read_plan_batch(opt.batch_file);
+    if (!batch) return fail_plan(batch.status().with_context("--batch "));
+    in = std::move(*batch);
   }
   auto is_set = [&](const std::string& name) {
     for (const auto& [flag, set] : set_flags)
@@ -383,45 +279,31 @@ int run_plan(const PlanOptions& opt, const std::vector<std::pair<std::string, bo
   if (is_set("num-tokens")) in.num_tokens = opt.num_tokens;
   if (!opt.query_lens.empty() || !opt.seq_lens.empty()) {
     if (opt.query_lens.size() != opt.seq_lens.size()) {
-      fmt::print(stderr, "smla plan: --query-lens: expected {} values (one per --seq-lens entry), got {}\n",
-                 opt.seq_lens.size(), opt.query_lens.size());
-      return 2;
+      return fail_plan(invalid_argument("--query-lens", fmt::format("{} values (one per --seq-lens entry)", opt.seq_lens.size()),
+                                        std::to_string(opt.query_lens.size())));
     }
     in.query_lens = opt.query_lens;
     in.seq_lens = opt.seq_lens;
     for (auto& g : in.given) g.clear();
   }
-  if (!opt.token_valid.empty()) in.token_valid.assign(opt.token_valid.begin(), opt.token_valid.end());
+  if (!opt.token_valid.empty()) {
+    // Exactly 0 or 1: a u8 would turn 256 into 0 and -1 into 255.
+    for (std::size_t t = 0; t < opt.token_valid.size(); ++t) {
+      if (opt.token_valid[t] != 0 && opt.token_valid[t] != 1) {
+        return fail_plan(invalid_argument(fmt::format("--token-valid[{}]", t), "0 or 1",
+                                          std::to_string(opt.token_valid[t])));
+      }
+    }
+    in.token_valid.assign(opt.token_valid.begin(), opt.token_valid.end());
+  }
   if (opt.no_c4) in.has_c4 = false;
   if (opt.no_c128) in.has_c128 = false;
   if (in.query_lens.empty() && opt.batch_file.empty()) {
     fmt::print(stderr, "smla plan: give --query-lens and --seq-lens, or --batch FILE\n");
     return 2;
   }
-  // Table sizes come from seq_lens; guard them before allocating (the builder checks the rest).
-  for (std::size_t r = 0; r < in.seq_lens.size(); ++r) {
-    if (in.seq_lens[r] < 0 || in.seq_lens[r] > in.config.max_model_len || in.config.swa_page_size < 1 ||
-        in.config.logical_block_size < 128) {
-      Status st = validate_step_config(in.config);
-      if (st.ok()) {
-        st = out_of_range(fmt::format("seq_lens[{}]", r),
-                          fmt::format("a value in [0, max_model_len = {}]", in.config.max_model_len),
-                          std::to_string(in.seq_lens[r]));
-      }
-      fmt::print(stderr, "smla plan: {}\n", st.to_string());
-      return 2;
-    }
-  }
-  // Generated tables must stay a sane size for a command-line tool.
-  std::int64_t cells = 0;
-  for (int g = 0; g < 3; ++g) {
-    for (auto len : in.seq_lens) cells += needed_cols(in.config, g, len);
-  }
-  if (cells > (std::int64_t{1} << 26)) {
-    fmt::print(stderr, "smla plan: block tables: expected at most 2^26 pages in all, got {}\n", cells);
-    return 2;
-  }
-  build_tables(in, opt.permute_seed);
+  if (Status status = check_plan_input(in); !status.ok()) return fail_plan(status);
+  build_plan_tables(in, opt.permute_seed);
   Expected<json> doc = plan_json(in);
   if (!doc) {
     fmt::print(stderr, "smla plan: {}\n", doc.status().to_string());
@@ -457,7 +339,8 @@ void add_plan_command(CLI::App& app, int& exit_code) {
   cmd->add_flag("--pretty", opt->pretty, "Readable tables instead of JSON");
   cmd->add_flag("--no-c4", opt->no_c4, "The model has no ratio-4 (C4A) group");
   cmd->add_flag("--no-c128", opt->no_c128, "The model has no ratio-128 (C128A) group");
-  cmd->add_option("--permute-seed", opt->permute_seed, "Shuffle the generated block tables (0: pages in order)");
+  cmd->add_option("--permute-seed", opt->permute_seed, "Shuffle the generated block tables (0: pages in order)")
+      ->check(unsigned_integer());
   std::vector<std::pair<std::string, CLI::Option*>> config_opts = {
       {"num-tokens", cmd->add_option("--num-tokens", opt->num_tokens, "Tokens in the step, trailing padding included")},
       {"window", cmd->add_option("--window", opt->config.window, "Sliding window W (128)")},
@@ -477,7 +360,7 @@ void add_plan_command(CLI::App& app, int& exit_code) {
   cmd->callback([&exit_code, opt, config_opts] {
     std::vector<std::pair<std::string, bool>> set;
     for (const auto& [name, o] : config_opts) set.emplace_back(name, o->count() > 0);
-    exit_code = run_plan(*opt, set);
+    exit_code = run_guarded("smla plan", [&] { return run_plan(*opt, set); });
   });
 }
 

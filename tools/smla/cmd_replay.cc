@@ -59,7 +59,9 @@ void add_replay_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--check", options->check_dir,
                   "Directory with reference out.npy (and optionally lse.npy, max_logits.npy): exit 1 when the "
                   "outputs differ beyond the bf16 tolerance");
-  cmd->callback([&exit_code, options] { exit_code = run_replay_command(*options); });
+  cmd->callback([&exit_code, options] {
+    exit_code = run_guarded("smla replay", [&options] { return run_replay_command(*options); });
+  });
 }
 
 }  // namespace smla::cli

@@ -7,7 +7,8 @@
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
-#include <sstream>
+
+#include "tools/smla/input_files.h"
 
 namespace smla::cli {
 
@@ -15,21 +16,15 @@ namespace {
 
 using Json = nlohmann::json;
 
+// A manifest is a few hundred bytes; anything past this is not one.
+constexpr std::uint64_t kMaxManifestBytes = std::uint64_t{1} << 20;
+
 constexpr std::array<std::string_view, 14> kDecodeKeys = {
     "op",           "format",        "softmax_scale", "q",         "main_cache",
     "main_indices", "main_lengths",  "extra_cache",   "extra_indices", "extra_lengths",
     "sink",         "fp8_scale",     "main_page_stride_bytes", "extra_page_stride_bytes"};
 constexpr std::array<std::string_view, 8> kPrefillKeys = {"op",          "softmax_scale", "q", "kv", "indices",
                                                           "topk_length", "sink",          "d_v"};
-
-std::string_view json_type_name(const Json& value) {
-  if (value.is_null()) return "null";
-  if (value.is_boolean()) return "a boolean";
-  if (value.is_number()) return "a number";
-  if (value.is_string()) return "a string";
-  if (value.is_array()) return "an array";
-  return "an object";
-}
 
 // Reads the typed values of one manifest, each error naming the file and the key.
 class ManifestReader {
@@ -91,6 +86,12 @@ class ManifestReader {
     if (!value.is_string()) return key_error(key, "a .npy file name (string)", json_type_name(value));
     std::string file = value.get<std::string>();
     if (file.empty()) return key_error(key, "a .npy file name", "an empty string");
+    for (char c : file) {
+      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7F) {
+        return key_error(key, "a .npy file name without NUL or control characters",
+                         fmt::format("'{}'", printable(file)));
+      }
+    }
     return file;
   }
 
@@ -106,7 +107,7 @@ Status reject_unknown_keys(const Json& root, const std::array<std::string_view, 
     bool found = false;
     for (std::string_view k : known) found = found || k == key;
     if (!found) {
-      return invalid_argument(fmt::format("{}: key '{}'", name, key), fmt::format("a key of op {}", op),
+      return invalid_argument(fmt::format("{}: key '{}'", name, printable(key)), fmt::format("a key of op {}", op),
                               "an unknown key (keys starting with '_' are comments)");
     }
   }
@@ -118,7 +119,10 @@ Status parse_decode(const ManifestReader& reader, const Json& root, std::string_
   auto format_name = reader.text("format");
   if (!format_name) return format_name.status();
   auto format = parse_kv_format(*format_name);
-  if (!format) return reader.key_error("format", "one of v4-fp8, v32-fp8, bf16-rows, fp8-rows", fmt::format("'{}'", *format_name));
+  if (!format) {
+    return reader.key_error("format", "one of v4-fp8, v32-fp8, bf16-rows, fp8-rows",
+                            fmt::format("'{}'", printable(*format_name)));
+  }
   m.format = *format;
 
   struct Required {
@@ -151,6 +155,10 @@ Status parse_decode(const ManifestReader& reader, const Json& root, std::string_
   }
   auto fp8_scale = reader.number("fp8_scale", 1.0f);
   if (!fp8_scale) return fp8_scale.status();
+  if (root.contains("fp8_scale") && m.format != KvFormat::kFp8Rows) {
+    return reader.key_error("fp8_scale", "only with format fp8-rows (the other formats have no per-tensor scale)",
+                            fmt::format("fp8_scale with format {}", kv_format_name(m.format)));
+  }
   m.fp8_scale = *fp8_scale;
   auto main_stride = reader.optional_integer("main_page_stride_bytes", 0);
   if (!main_stride) return main_stride.status();
@@ -188,13 +196,38 @@ Status parse_prefill(const ManifestReader& reader, const Json& root, std::string
 
 }  // namespace
 
+std::string_view json_type_name(const Json& value) {
+  if (value.is_null()) return "null";
+  if (value.is_boolean()) return "a boolean";
+  if (value.is_number_float()) return "a number with a fraction or exponent";
+  if (value.is_number()) return "an integer";
+  if (value.is_string()) return "a string";
+  if (value.is_array()) return "an array";
+  return "an object";
+}
+
+Expected<nlohmann::json> parse_json_text(std::string_view text, std::string_view name) {
+  try {
+    return Json::parse(text);
+  } catch (const Json::parse_error& e) {
+    // e.byte is 1-based: the position of the byte that stopped the parser.
+    const std::size_t offset = e.byte > 0 ? e.byte - 1 : 0;
+    return invalid_argument(name, "valid JSON",
+                            fmt::format("a syntax error at {} (byte {}): {}", line_column(text, offset), offset,
+                                        printable(e.what())));
+  } catch (const Json::exception& e) {
+    return invalid_argument(name, "valid JSON", printable(e.what()));
+  }
+}
+
 std::string_view replay_op_name(ReplayOp op) {
   return op == ReplayOp::kSparseDecode ? "sparse_decode" : "sparse_prefill";
 }
 
 Expected<ReplayManifest> parse_manifest(std::string_view json_text, std::string_view name) {
-  Json root = Json::parse(json_text, nullptr, /*allow_exceptions=*/false);
-  if (root.is_discarded()) return invalid_argument(name, "valid JSON", "text that does not parse as JSON");
+  auto parsed = parse_json_text(json_text, name);
+  if (!parsed) return parsed.status();
+  const Json& root = *parsed;
   if (!root.is_object()) return invalid_argument(name, "a JSON object", json_type_name(root));
   const ManifestReader reader(root, name);
   auto op = reader.text("op");
@@ -205,7 +238,7 @@ Expected<ReplayManifest> parse_manifest(std::string_view json_text, std::string_
   } else if (*op == replay_op_name(ReplayOp::kSparsePrefill)) {
     manifest.op = ReplayOp::kSparsePrefill;
   } else {
-    return reader.key_error("op", "sparse_decode or sparse_prefill", fmt::format("'{}'", *op));
+    return reader.key_error("op", "sparse_decode or sparse_prefill", fmt::format("'{}'", printable(*op)));
   }
   auto scale = reader.number("softmax_scale");
   if (!scale) return scale.status();
@@ -219,12 +252,11 @@ Expected<ReplayManifest> parse_manifest(std::string_view json_text, std::string_
 }
 
 Expected<ReplayManifest> read_manifest(const std::filesystem::path& dir) {
+  SMLA_RETURN_IF_ERROR(check_input_directory(dir, "a replay case directory"));
   const std::filesystem::path path = dir / kManifestFileName;
-  std::ifstream file(path);
-  if (!file) return invalid_argument(path.string(), "a readable manifest file", "no such file");
-  std::ostringstream text;
-  text << file.rdbuf();
-  return parse_manifest(text.str(), path.string());
+  auto text = read_text_file(path, "a manifest file (JSON)", kMaxManifestBytes);
+  if (!text) return text.status();
+  return parse_manifest(*text, printable(path.string()));
 }
 
 std::string manifest_to_json(const ReplayManifest& m) {

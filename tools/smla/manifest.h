@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -48,11 +49,19 @@ struct ReplayManifest {
 
 inline constexpr std::string_view kManifestFileName = "manifest.json";
 
+// Parses JSON text; a syntax error names `name`, the line, column and byte.
+// Shared by the manifest and `smla plan --batch`.
+Expected<nlohmann::json> parse_json_text(std::string_view text, std::string_view name);
+// "null", "a boolean", "an integer", "a number with a fraction or exponent", "a string", "an array", "an object".
+std::string_view json_type_name(const nlohmann::json& value);
+
 // Parses and checks the JSON text: required keys present, every value of the
 // right JSON type, op and format known, no unknown keys (keys starting with '_'
 // are free-form comments), extra_cache and extra_indices given together.
 // Errors name the file (`name`) and the key.
 Expected<ReplayManifest> parse_manifest(std::string_view json_text, std::string_view name);
+// dir must be a readable directory and dir/manifest.json a regular file of at
+// most 1 MiB; a directory, FIFO, missing file... is named as such.
 Expected<ReplayManifest> read_manifest(const std::filesystem::path& dir);
 
 // JSON text with exactly the keys that are set (the inverse of parse_manifest).

@@ -4,10 +4,12 @@
 
 #include <array>
 #include <cstring>
+#include <algorithm>
 #include <fstream>
 #include <limits>
 #include <optional>
 
+#include "tools/smla/input_files.h"
 #include "tools/smla/tensor_walk.h"
 
 namespace smla::cli {
@@ -18,6 +20,8 @@ constexpr std::array<unsigned char, 6> kMagic = {0x93, 'N', 'U', 'M', 'P', 'Y'};
 constexpr std::size_t kPreambleBytes = kMagic.size() + 2;  // magic, major, minor
 constexpr std::size_t kHeaderAlign = 64;
 constexpr std::int64_t kMaxExtent = std::int64_t{1} << 48;
+// NumPy writes headers of a few hundred bytes; a longer one is refused before it is read.
+constexpr std::size_t kMaxHeaderBytes = std::size_t{1} << 20;
 
 constexpr std::array<NpyDType, 6> kAllDTypes = {NpyDType::kU8,  NpyDType::kU16, NpyDType::kI32,
                                                 NpyDType::kI64, NpyDType::kF32, NpyDType::kF64};
@@ -35,9 +39,10 @@ Expected<NpyDType> parse_descr(std::string_view descr, std::string_view name) {
     return npy_error(name, "dtype '<f2' (float16) is not supported: store bf16 as '<u2' raw bits or as '<f4'");
   }
   if (!descr.empty() && descr.front() == '>') {
-    return npy_error(name, fmt::format("big-endian dtype '{}' is not supported: save little-endian arrays", descr));
+    return npy_error(name, fmt::format("big-endian dtype '{}' is not supported: save little-endian arrays",
+                                       printable(descr)));
   }
-  return npy_error(name, fmt::format("unsupported dtype '{}' (supported: |u1 <u2 <i4 <i8 <f4 <f8)", descr));
+  return npy_error(name, fmt::format("unsupported dtype '{}' (supported: |u1 <u2 <i4 <i8 <f4 <f8)", printable(descr)));
 }
 
 // The header is a Python dict literal: {'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }
@@ -54,7 +59,7 @@ class HeaderParser {
       auto key = parse_string();
       if (!key) return key.status();
       skip_space();
-      if (!consume(':')) return fail(fmt::format("expected ':' after key '{}'", *key));
+      if (!consume(':')) return fail(fmt::format("expected ':' after key '{}'", printable(*key)));
       skip_space();
       SMLA_RETURN_IF_ERROR(parse_value(*key));
       skip_space();
@@ -130,7 +135,7 @@ class HeaderParser {
       if (shape_) return fail("duplicate key 'shape'");
       return parse_shape();
     }
-    return fail(fmt::format("unknown header key '{}'", key));
+    return fail(fmt::format("unknown header key '{}'", printable(key)));
   }
 
   Status parse_shape() {
@@ -232,7 +237,7 @@ std::string NpyArray::describe() const {
   return fmt::format("{}[{}]", npy_dtype_descr(dtype), fmt::join(shape, ", "));
 }
 
-Expected<NpyArray> parse_npy(std::span<const std::byte> bytes, std::string_view name) {
+Expected<NpyHeader> parse_npy_header(std::span<const std::byte> bytes, std::string_view name) {
   if (bytes.size() < kPreambleBytes) {
     return npy_error(name, fmt::format("truncated .npy file ({} bytes, the preamble alone needs {})", bytes.size(),
                                        kPreambleBytes));
@@ -251,6 +256,9 @@ Expected<NpyArray> parse_npy(std::span<const std::byte> bytes, std::string_view 
   }
   const std::size_t header_len = read_le(bytes, kPreambleBytes, length_bytes);
   const std::size_t header_start = kPreambleBytes + length_bytes;
+  if (header_len > kMaxHeaderBytes) {
+    return npy_error(name, fmt::format("header of {} bytes (at most {} are read)", header_len, kMaxHeaderBytes));
+  }
   if (header_len > bytes.size() - header_start) {
     return npy_error(name, fmt::format("truncated .npy file (header of {} bytes, only {} present)", header_len,
                                        bytes.size() - header_start));
@@ -259,41 +267,73 @@ Expected<NpyArray> parse_npy(std::span<const std::byte> bytes, std::string_view 
   HeaderParser parser(header, name);
   SMLA_RETURN_IF_ERROR(parser.parse());
 
-  NpyArray array;
-  array.dtype = parser.dtype();
-  array.shape = parser.shape();
-  const auto item = static_cast<std::int64_t>(npy_dtype_size(array.dtype));
-  const std::size_t available = bytes.size() - header_start - header_len;
-  std::int64_t expected_bytes = item;
-  for (std::int64_t extent : array.shape) {
-    if (extent != 0 && expected_bytes > std::numeric_limits<std::int64_t>::max() / extent) {
-      return npy_error(name, fmt::format("shape {} is too large", shape_text(array.shape)));
+  NpyHeader result;
+  result.dtype = parser.dtype();
+  result.shape = parser.shape();
+  result.data_offset = header_start + header_len;
+  std::int64_t data_bytes = static_cast<std::int64_t>(npy_dtype_size(result.dtype));
+  for (std::int64_t extent : result.shape) {
+    if (extent != 0 && data_bytes > std::numeric_limits<std::int64_t>::max() / extent) {
+      return npy_error(name, fmt::format("shape {} is too large", shape_text(result.shape)));
     }
-    expected_bytes *= extent;
+    data_bytes *= extent;
   }
-  if (static_cast<std::uint64_t>(expected_bytes) != available) {
-    return npy_error(name, fmt::format("shape {} of {} needs {} data bytes, the file holds {}", shape_text(array.shape),
-                                       npy_dtype_descr(array.dtype), expected_bytes, available));
-  }
-  const auto* first = bytes.data() + header_start + header_len;
-  array.data.assign(first, first + available);
+  result.data_bytes = static_cast<std::uint64_t>(data_bytes);
+  return result;
+}
+
+namespace {
+
+Status check_data_size(const NpyHeader& header, std::uint64_t available, std::string_view name) {
+  if (header.data_bytes == available) return Status::Ok();
+  return npy_error(name, fmt::format("shape {} of {} needs {} data bytes, the file holds {}", shape_text(header.shape),
+                                     npy_dtype_descr(header.dtype), header.data_bytes, available));
+}
+
+}  // namespace
+
+Expected<NpyArray> parse_npy(std::span<const std::byte> bytes, std::string_view name) {
+  auto header = parse_npy_header(bytes, name);
+  if (!header) return header.status();
+  SMLA_RETURN_IF_ERROR(check_data_size(*header, bytes.size() - header->data_offset, name));
+  NpyArray array;
+  array.dtype = header->dtype;
+  array.shape = header->shape;
+  const auto* first = bytes.data() + header->data_offset;
+  array.data.assign(first, first + header->data_bytes);
   return array;
 }
 
 Expected<NpyArray> read_npy(const std::filesystem::path& path) {
-  const std::string name = path.string();
-  std::error_code error;
-  if (!std::filesystem::is_regular_file(path, error)) return npy_error(name, "file not found");
-  std::ifstream file(path, std::ios::binary);
-  if (!file) return npy_error(name, "cannot open file");
-  std::vector<std::byte> bytes;
-  const auto size = std::filesystem::file_size(path, error);
-  if (error) return npy_error(name, fmt::format("cannot read size: {}", error.message()));
-  bytes.resize(size);
-  if (!file.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(size))) {
-    return npy_error(name, "read failed");
+  const std::string name = printable(path.string());
+  // Any size may be opened: the header is read first and says how much data to expect.
+  auto file = InputFile::open(path, "an .npy file", std::numeric_limits<std::uint64_t>::max());
+  if (!file) return file.status();
+  // The preamble and the header length, then the header itself, then (once the
+  // file's size agrees with the header and the allocation fits) the data.
+  std::vector<std::byte> head(static_cast<std::size_t>(std::min<std::uint64_t>(file->size(), kPreambleBytes + 4)));
+  SMLA_RETURN_IF_ERROR(file->read(0, head.data(), head.size()));
+  if (head.size() >= kPreambleBytes + 2 && std::memcmp(head.data(), kMagic.data(), kMagic.size()) == 0) {
+    const std::size_t length_bytes = static_cast<unsigned>(head[6]) == 1 ? 2 : 4;
+    if (head.size() >= kPreambleBytes + length_bytes) {
+      const std::size_t header_len = read_le(head, kPreambleBytes, length_bytes);
+      const std::uint64_t wanted = std::min<std::uint64_t>(
+          file->size(), kPreambleBytes + length_bytes + std::min<std::size_t>(header_len, kMaxHeaderBytes));
+      head.resize(static_cast<std::size_t>(wanted));
+      SMLA_RETURN_IF_ERROR(file->read(0, head.data(), head.size()));
+    }
   }
-  return parse_npy(bytes, name);
+  auto header = parse_npy_header(head, name);
+  if (!header) return header.status();
+  SMLA_RETURN_IF_ERROR(check_data_size(*header, file->size() - header->data_offset, name));
+  SMLA_RETURN_IF_ERROR(
+      check_allocation(name, "array data", static_cast<long double>(header->data_bytes)));
+  NpyArray array;
+  array.dtype = header->dtype;
+  array.shape = header->shape;
+  array.data.resize(static_cast<std::size_t>(header->data_bytes));
+  SMLA_RETURN_IF_ERROR(file->read(header->data_offset, array.data.data(), array.data.size()));
+  return array;
 }
 
 std::vector<std::byte> serialize_npy(const NpyArray& array) {

@@ -43,8 +43,23 @@ struct NpyArray {
   const T* as() const { return reinterpret_cast<const T*>(data.data()); }
 };
 
+// The preamble and header of an .npy file: what the data must be.
+struct NpyHeader {
+  NpyDType dtype = NpyDType::kU8;
+  std::vector<std::int64_t> shape;
+  std::size_t data_offset = 0;  // bytes before the data
+  std::uint64_t data_bytes = 0;  // numel * itemsize
+};
+
+// Parses the preamble and header from the first bytes of a file (`bytes` may
+// hold more, e.g. the whole file). Never reads past `bytes`.
+Expected<NpyHeader> parse_npy_header(std::span<const std::byte> bytes, std::string_view name);
+
 // Parses a whole .npy file held in memory. `name` (usually the path) prefixes errors.
 Expected<NpyArray> parse_npy(std::span<const std::byte> bytes, std::string_view name);
+// Reads a file: its kind is checked first (a directory, FIFO, device or symlink
+// loop is named as such), then its header, then its size against the header
+// and the data size against host_allocation_limit(); only then is the data read.
 Expected<NpyArray> read_npy(const std::filesystem::path& path);
 
 // Serializes as version 1.0 (2.0 only when the header would not fit in 64 KiB).

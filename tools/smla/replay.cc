@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cctype>
 #include <cstring>
 #include <optional>
 #include <string_view>
@@ -11,6 +12,7 @@
 #include "testkit/compare.h"
 #include "testkit/host_tensor.h"
 #include "tools/smla/check.h"
+#include "tools/smla/input_files.h"
 #include "tools/smla/npy.h"
 #include "tools/smla/run_op.h"
 
@@ -24,8 +26,6 @@ using testkit::HostTensor;
 // Poured into the padding between cache pages: NaN in every element type
 // (e4m3 0xFF, bf16 0xFFFF, UE8M0 0xFF), so a kernel that reads padding shows it.
 constexpr unsigned char kPagePaddingByte = 0xFF;
-// A padded cache is re-laid in host memory; a stride that would need more is refused.
-constexpr std::int64_t kMaxCacheBytes = std::int64_t{1} << 36;
 
 std::string key_label(std::string_view key, const std::string& file) { return fmt::format("key '{}' ({})", key, file); }
 
@@ -120,12 +120,17 @@ Expected<KvCacheView> load_cache(const fs::path& dir, std::string_view key, cons
                                         view.shape[1], view.shape[2] * item),
                             fmt::format("{}", stride_bytes));
   }
+  // The relayout holds every page at the new stride: its size is checked before it is allocated.
   const std::int64_t num_pages = view.shape[0];
-  if (num_pages > 1 && stride_bytes > (kMaxCacheBytes - content_bytes) / (num_pages - 1)) {
-    return invalid_argument(fmt::format("key '{}'", stride_key),
-                            fmt::format("a stride that keeps {} pages under {} bytes", num_pages, kMaxCacheBytes),
-                            fmt::format("{}", stride_bytes));
-  }
+  const long double relayout_bytes =
+      num_pages == 0 ? 0.0L
+                     : static_cast<long double>(num_pages - 1) * static_cast<long double>(stride_bytes) +
+                           static_cast<long double>(content_bytes);
+  SMLA_RETURN_IF_ERROR(check_allocation(
+      fmt::format("key '{}'", stride_key),
+      fmt::format("a stride whose relayout of {} pages ({} dense) stays", num_pages,
+                  format_bytes(static_cast<long double>(num_pages) * static_cast<long double>(content_bytes))),
+      relayout_bytes));
   if (stride_bytes == content_bytes) {
     storage = std::move(*dense);
   } else {
@@ -185,6 +190,7 @@ class CaseLoader {
     storage_.push_back(std::move(tensor));
     return outputs_.back().second;
   }
+  const fs::path& dir() const { return dir_; }
   // Output file names and views, in the order they are written.
   const std::vector<std::pair<std::string, TensorView>>& outputs() const { return outputs_; }
 
@@ -201,6 +207,47 @@ class CaseLoader {
   std::vector<HostTensor> storage_;
   std::vector<std::pair<std::string, TensorView>> outputs_;
 };
+
+// The manifest key a library error is about: the argument name it starts with,
+// after the entry's name ("sparse_decode: main_lengths[0]: ..." -> "main_lengths"), or empty.
+std::string_view argument_of(std::string_view message) {
+  for (std::string_view entry : {"sparse_decode: ", "sparse_prefill: "}) {
+    if (message.substr(0, entry.size()) == entry) message.remove_prefix(entry.size());
+  }
+  std::size_t end = 0;
+  while (end < message.size() && (std::islower(static_cast<unsigned char>(message[end])) != 0 ||
+                                  std::isdigit(static_cast<unsigned char>(message[end])) != 0 || message[end] == '_')) {
+    ++end;
+  }
+  return message.substr(0, end);
+}
+
+// Prefixes a failed library call's status with the manifest and, when the
+// argument it names was loaded from a file, that file and its key.
+Status in_case_files(const Status& status, const ReplayManifest& m, const fs::path& dir) {
+  if (status.ok()) return status;
+  const std::string manifest = printable((dir / kManifestFileName).string());
+  const std::string_view argument = argument_of(status.message());
+  const std::pair<std::string_view, const std::optional<std::string>> files[] = {
+      {"q", m.q},
+      {"main_cache", m.main_cache},
+      {"main_indices", m.main_indices},
+      {"main_lengths", m.main_lengths},
+      {"extra_cache", m.extra_cache},
+      {"extra_indices", m.extra_indices},
+      {"extra_lengths", m.extra_lengths},
+      {"sink", m.sink},
+      {"kv", m.kv},
+      {"indices", m.indices},
+      {"topk_length", m.topk_length}};
+  for (const auto& [key, file] : files) {
+    if (argument == key && file && !file->empty()) {
+      return status.with_context(fmt::format("{}: key '{}' ({}): ", manifest, key, printable((dir / *file).string())));
+    }
+  }
+  if (!argument.empty()) return status.with_context(fmt::format("{}: key '{}': ", manifest, argument));
+  return status.with_context(fmt::format("{}: ", manifest));
+}
 
 Status replay_decode(const ReplayManifest& m, Backend backend, CaseLoader& load, ReplayReport& report) {
   const KvFormatInfo info = kv_format_info(m.format);
@@ -237,7 +284,7 @@ Status replay_decode(const ReplayManifest& m, Backend backend, CaseLoader& load,
   args.out = load.output("out.npy", DType::kBF16, {tokens, heads, info.value_dim});
   args.lse = load.output("lse.npy", DType::kF32, {tokens, heads});
   std::vector<double> seconds;
-  SMLA_RETURN_IF_ERROR(run_sparse_decode(args, backend, 1, &seconds));
+  SMLA_RETURN_IF_ERROR(in_case_files(run_sparse_decode(args, backend, 1, &seconds), m, load.dir()));
   report.seconds = seconds.front();
   return Status::Ok();
 }
@@ -271,7 +318,7 @@ Status replay_prefill(const ReplayManifest& m, Backend backend, CaseLoader& load
   args.max_logits = load.output("max_logits.npy", DType::kF32, {queries, heads});
   args.lse = load.output("lse.npy", DType::kF32, {queries, heads});
   std::vector<double> seconds;
-  SMLA_RETURN_IF_ERROR(run_sparse_prefill(args, backend, 1, &seconds));
+  SMLA_RETURN_IF_ERROR(in_case_files(run_sparse_prefill(args, backend, 1, &seconds), m, load.dir()));
   report.seconds = seconds.front();
   return Status::Ok();
 }
@@ -321,6 +368,12 @@ Expected<std::vector<OutputCheck>> check_replay_outputs(const fs::path& got_dir,
     if (!want_tensor) return want_tensor.status();
     auto got_tensor = tensor_from_array(*got, output.dtype, (got_dir / file).string());
     if (!got_tensor) return got_tensor.status();
+    if (got->shape != want->shape) {
+      return invalid_argument(printable((want_dir / file).string()),
+                              fmt::format("the shape of {}: {}", printable((got_dir / file).string()),
+                                          got_tensor->view().shape_string()),
+                              want_tensor->view().shape_string());
+    }
     OutputCheck check{file, output.dtype == DType::kBF16
                                 ? check_bf16_output(got_tensor->view(), want_tensor->view())
                                 : check_f32_output(got_tensor->view(), want_tensor->view())};

@@ -27,6 +27,8 @@ T& at1(const TensorView& v, std::int64_t i) {
 }
 template <class T>
 T* row_ptr(const TensorView& v, std::int64_t i) {
+  // An empty view may have null data: offsetting a null pointer is undefined, and no row of it is read.
+  if (v.data == nullptr) return nullptr;
   return static_cast<T*>(v.data) + i * v.stride[0];
 }
 

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "smla/metadata.h"
 #include "tools/smla/commands.h"
 
 namespace smla::testing {
@@ -81,6 +82,61 @@ TEST(MetadataPlanCli, BadInputExitsTwo) {
   EXPECT_EQ(run_plan({"--query-lens", "1", "--seq-lens", "2000000000"}), 2);  // absurd length
   EXPECT_EQ(run_plan({"--batch", "/nonexistent/batch.json"}), 2);
   EXPECT_EQ(run_plan({}), 2);
+}
+
+// Issue 15: the batch file is read as strictly as the replay manifest.
+TEST(MetadataPlanCli, StrictBatchFile) {
+  TempFile batch("strict_batch.json");
+  const auto exit_code_for = [&](const std::string& text) {
+    {
+      std::ofstream f(batch.path, std::ios::trunc);
+      f << text;
+    }
+    ::testing::internal::CaptureStderr();
+    const int code = run_plan({"--batch", batch.path});
+    const std::string err = ::testing::internal::GetCapturedStderr();
+    return std::make_pair(code, err);
+  };
+  for (const char* text : {R"({"requests": [{"query_len": 4294967297, "seq_len": 4294967297}]})",
+                           R"({"requests": [{"query_len": 1.9, "seq_len": 5}]})",
+                           R"({"requests": [{"query_len": true, "seq_len": 5}]})",
+                           R"({"requests": [{"query_len": 1, "seq_len": 5}], "reqests": []})",
+                           R"({"requests": [{"query_len": 1, "seq_len": 5}], "groups": ["c4", "c129"]})",
+                           R"({"requests": {"0": {"query_len": 1, "seq_len": 5}}})",
+                           R"({"requests": [{"query_len": 1, "seq_len": 5}], "token_valid": [2]})"}) {
+    const auto [code, err] = exit_code_for(text);
+    EXPECT_EQ(code, 2) << text;
+    EXPECT_NE(err.find("strict_batch.json"), std::string::npos) << text << "\n" << err;
+  }
+  const auto [code, err] = exit_code_for(R"({"requests": [{"query_len": 1, "seq_len": 5}], "groups": ["c4"]})");
+  EXPECT_EQ(code, 0) << err;
+}
+
+TEST(MetadataPlanCli, TokenValidIsZeroOrOne) {
+  for (const char* values : {"1,256", "1,-1", "1,2"}) {
+    EXPECT_EQ(run_plan({"--query-lens", "1,1", "--seq-lens", "10,10", "--token-valid", values}), 2) << values;
+  }
+  TempFile out("token_valid.json");
+  ASSERT_EQ(run_plan({"--query-lens", "1,1", "--seq-lens", "10,10", "--token-valid", "1,0", "-o", out.path}), 0);
+  const auto j = nlohmann::json::parse(out.read());
+  EXPECT_EQ(j["tokens"]["is_valid_token"][1], 0);
+  EXPECT_EQ(j["tokens"]["swa_slot_mapping"][1], -1);
+}
+
+// Found by fuzz_index_transforms: an empty index list ([n, 0]) with null data made
+// the transform offset a null pointer per row (undefined; UBSan in the asan preset).
+TEST(MetadataEmptyViews, NullDataEmptyRowsAreNotOffset) {
+  std::int32_t req_id[2] = {0, 0};
+  std::int32_t table[2] = {0, 1};
+  const TensorView indices = TensorView::contiguous(nullptr, DType::kI32, {2, 0});
+  const TensorView out = TensorView::contiguous(nullptr, DType::kI32, {2, 0});
+  std::int32_t counts[2] = {-7, -7};
+  ASSERT_TRUE(v32_request_to_global_indices(indices, TensorView::contiguous(req_id, DType::kI32, {2}),
+                                            TensorView::contiguous(table, DType::kI32, {1, 2}), 64, 0, out,
+                                            TensorView::contiguous(counts, DType::kI32, {2}))
+                  .ok());
+  EXPECT_EQ(counts[0], 0);
+  EXPECT_EQ(counts[1], 0);
 }
 
 }  // namespace

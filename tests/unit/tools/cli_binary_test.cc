@@ -4,11 +4,14 @@
 
 #include <array>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include "tests/common/test_common.h"
 #include "tests/unit/tools/scoped_dir.h"
+#include "tests/unit/tools/small_case.h"
 #include "testkit/testkit.h"
 #include "tools/smla/replay.h"
 
@@ -79,14 +82,7 @@ TEST(SmlaBinary, BadOptionsExitWithTwo) {
 }
 
 TEST(SmlaBinary, ReplayWithCheck) {
-  testkit::DecodeCaseOptions options;
-  options.num_requests = 1;
-  options.num_heads = 2;
-  options.main_topk = 8;
-  options.main_page_size = 4;
-  options.main_context = 16;
-  options.extra_topk = 0;
-  options.seed = smla::testing::test_seed();
+  const testkit::DecodeCaseOptions options = small_case_options(smla::testing::test_seed(), /*extra_topk=*/0);
   SMLA_SEED_TRACE(options.seed);
   testkit::DecodeCase batch = testkit::make_decode_case(options);
   const SparseDecodeArgs args = batch.args();
@@ -107,6 +103,78 @@ TEST(SmlaBinary, ReplayWithCheck) {
   const RunResult failing = run_smla(replay);
   EXPECT_EQ(failing.exit_code, 1) << failing.output;
   EXPECT_NE(failing.output.find("check out.npy: FAIL"), std::string::npos) << failing.output;
+}
+
+// Issue 15: options and files that crashed the tool or were taken silently.
+TEST(SmlaBinaryHostile, HugeAttnSizesAreRefusedNotCrashed) {
+  for (const char* option : {"--page-size 2147483647", "--window 2147483647", "--extra-topk 2147483647",
+                             "--requests 1000000000"}) {
+    const std::string flag = std::string(option).substr(0, std::string(option).find(' '));
+    const RunResult result = run_smla(std::string("attn --backend reference --repeat 1 ") + option);
+    EXPECT_EQ(result.exit_code, 2) << option << "\n" << result.output;
+    EXPECT_NE(result.output.find(flag), std::string::npos) << option << "\n" << result.output;
+    EXPECT_NE(result.output.find("asked for"), std::string::npos) << option << "\n" << result.output;
+  }
+}
+
+TEST(SmlaBinaryHostile, OptionsTakeExactlyTheirDocumentedValues) {
+  for (const char* arguments : {"plan --query-lens 1,1 --seq-lens 10,10 --token-valid 1,256",
+                                "plan --query-lens 1,1 --seq-lens 10,10 --token-valid 1,-1",
+                                "plan --query-lens 1,1 --seq-lens 10,10 --token-valid 1,2",
+                                "plan --query-lens 4294967297 --seq-lens 10",
+                                "plan --query-lens 1 --seq-lens 10 --permute-seed -1",
+                                "attn --seed -1", "attn --requests 1e9", "attn --tokens 1.5",
+                                "demo --decode-steps 2000000000 --no-progress", "demo --decode-steps -1 --no-progress",
+                                "demo --index-topk -5 --no-progress", "demo --tolerance nan --no-progress",
+                                "demo --seed -1 --no-progress", "demo --prompts 2000000000 --no-progress"}) {
+    const RunResult result = run_smla(arguments);
+    EXPECT_EQ(result.exit_code, 2) << "smla " << arguments << "\n" << result.output;
+  }
+  const RunResult token = run_smla("plan --query-lens 1,1 --seq-lens 10,10 --token-valid 1,256");
+  EXPECT_NE(token.output.find("--token-valid[1]: expected 0 or 1, got 256"), std::string::npos) << token.output;
+  const RunResult valid = run_smla("plan --query-lens 1,1 --seq-lens 10,10 --token-valid 1,0");
+  EXPECT_EQ(valid.exit_code, 0) << valid.output;
+}
+
+TEST(SmlaBinaryHostile, PlanBatchErrorsNameTheFileAndPath) {
+  const ScopedDir dir("cli_plan_batch");
+  std::ofstream(dir / "batch.json") << R"({"requests": [{"query_len": 4294967297, "seq_len": 5}]})";
+  const RunResult result = run_smla("plan --batch " + (dir / "batch.json").string());
+  EXPECT_EQ(result.exit_code, 2) << result.output;
+  EXPECT_NE(result.output.find("batch.json: requests[0].query_len"), std::string::npos) << result.output;
+  const RunResult directory = run_smla("plan --batch " + dir.path().string());
+  EXPECT_EQ(directory.exit_code, 2) << directory.output;
+  EXPECT_NE(directory.output.find("a directory"), std::string::npos) << directory.output;
+}
+
+TEST(SmlaBinaryHostile, ReplayOfHostileCasesExitsTwoWithTheFileAndKey) {
+  testkit::DecodeCase batch = testkit::make_decode_case(small_case_options(1));
+  const ScopedDir case_dir("cli_hostile");
+  ASSERT_TRUE(write_replay_case(case_dir.path(), batch.args()).ok());
+  nlohmann::json manifest = nlohmann::json::parse(std::ifstream(case_dir / "manifest.json"));
+  const auto replay_with = [&](const nlohmann::json& m) {
+    std::ofstream(case_dir / "manifest.json", std::ios::trunc) << m.dump();
+    return run_smla("replay " + case_dir.path().string() + " --backend reference");
+  };
+
+  nlohmann::json huge = manifest;
+  huge["extra_page_stride_bytes"] = 9663676416;
+  const RunResult stride = replay_with(huge);
+  EXPECT_EQ(stride.exit_code, 2) << stride.output;
+  EXPECT_NE(stride.output.find("'extra_page_stride_bytes'"), std::string::npos) << stride.output;
+
+  nlohmann::json dir_as_q = manifest;
+  std::filesystem::create_directory(case_dir / "q_dir.npy");
+  dir_as_q["q"] = "q_dir.npy";
+  const RunResult directory = replay_with(dir_as_q);
+  EXPECT_EQ(directory.exit_code, 2) << directory.output;
+  EXPECT_NE(directory.output.find("q_dir.npy: expected an .npy file, got a directory"), std::string::npos)
+      << directory.output;
+
+  std::ofstream(case_dir / "manifest.json", std::ios::trunc) << "{\n  \"op\": \"sparse_decode\",\n  oops\n}";
+  const RunResult syntax = run_smla("replay " + case_dir.path().string());
+  EXPECT_EQ(syntax.exit_code, 2) << syntax.output;
+  EXPECT_NE(syntax.output.find("line 3, column 3"), std::string::npos) << syntax.output;
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 
 #include "tests/common/test_common.h"
 #include "tests/unit/tools/scoped_dir.h"
+#include "tests/unit/tools/small_case.h"
 #include "testkit/testkit.h"
 #include "tools/smla/npy.h"
 #include "tools/smla/replay.h"
@@ -130,18 +131,7 @@ TEST(ManifestErrors, NotJsonOrNotAnObject) {
 class ReplayInputErrors : public ::testing::Test {
  protected:
   void SetUp() override {
-    testkit::DecodeCaseOptions options;
-    options.num_requests = 1;
-    options.s_q = 2;
-    options.num_heads = 2;
-    options.main_topk = 8;
-    options.main_page_size = 4;
-    options.main_context = 16;
-    options.extra_topk = 4;
-    options.extra_page_size = 3;
-    options.extra_context = 9;
-    options.seed = 5;
-    testkit::DecodeCase batch = testkit::make_decode_case(options);
+    testkit::DecodeCase batch = testkit::make_decode_case(small_case_options(5));
     ASSERT_TRUE(write_replay_case(dir_.path(), batch.args()).ok());
     std::ifstream in(dir_ / "manifest.json");
     manifest_ = json::parse(in);
