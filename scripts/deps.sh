@@ -6,8 +6,9 @@ packages=(cmake g++ make libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev
           nlohmann-json3-dev libhwy-dev libopenblas-dev
           # the Python package (smla._C over DLPack) and its tests
           python3-dev pybind11-dev libdlpack-dev python3-numpy python3-pytest python3-torch
-          # libFuzzer targets, built by clang in the sanitizer stage
-          clang libfuzzer-14-dev)
+          # the sanitizer stage is built by clang 14 with the libFuzzer targets; the ASan and
+          # libFuzzer runtimes (libclang-rt-14-dev) are only a Recommends, so they are named
+          clang-14 libclang-rt-14-dev libfuzzer-14-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
