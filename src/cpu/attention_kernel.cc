@@ -328,7 +328,9 @@ Scratch& thread_scratch() {
 // Scores and the running max are raw dot products <q, k>; the softmax scale is
 // applied to differences, p = exp((s - m) scale) with an argument <= 0, so a
 // scale times logit beyond f32 never becomes inf - inf (docs/attention.md). A NaN
-// argument (NaN score, or +inf - +inf) stays NaN: Highway's Exp would return 0.
+// argument (NaN score, or +inf - +inf) stays NaN: Highway's Exp would return 0, and
+// must not see it at all (its float -> int step is undefined for NaN; UBSan says so
+// on the scalar target), so it gets 0 there instead.
 void SoftmaxChunk(float* scores, int heads, int num_keys, float scale, float* running_max, float* running_sum,
                   float* alpha) {
   constexpr float kInf = std::numeric_limits<float>::infinity();
@@ -347,7 +349,8 @@ void SoftmaxChunk(float* scores, int heads, int num_keys, float scale, float* ru
     VF sum_v = hn::Zero(df);
     for (int k = 0; k < padded; k += n) {
       const VF x = hn::Mul(hn::Sub(hn::Load(df, s + k), new_max_v), scale_v);
-      const VF p = hn::IfThenElse(hn::IsNaN(x), x, hn::Exp(df, x));
+      const auto nan = hn::IsNaN(x);
+      const VF p = hn::IfThenElse(nan, x, hn::Exp(df, hn::IfThenZeroElse(nan, x)));
       const VF masked = hn::IfThenElseZero(hn::FirstN(df, static_cast<std::size_t>(num_keys - k)), p);
       hn::Store(masked, df, s + k);
       sum_v = hn::Add(sum_v, masked);
