@@ -65,41 +65,39 @@ py::array_t<T> to_numpy(const std::vector<T>& values, std::int64_t rows, std::in
   return a;
 }
 
-// Field names match StepMetadataBuffers (and docs/metadata.md).
+// Field names match StepMetadataBuffers (and docs/metadata.md); absent keys stay absent.
 StepMetadataBuffers buffers_from(PyTensorArgs& t, const py::dict& d) {
-  auto get = [&](const char* key) -> TensorView {
-    return d.contains(key) ? t.view(d[key], key, Access::kWrite) : TensorView{};
+  using B = StepMetadataBuffers;
+  static constexpr std::pair<const char*, TensorView B::*> kFields[] = {
+      {"query_start_loc", &B::query_start_loc},   {"token_to_req", &B::token_to_req},
+      {"positions", &B::positions},               {"is_valid_token", &B::is_valid_token},
+      {"swa_slot_mapping", &B::swa_slot_mapping}, {"swa_indices", &B::swa_indices},
+      {"swa_lens", &B::swa_lens},                 {"prefill_gather_lens", &B::prefill_gather_lens},
+      {"c4_slot_mapping", &B::c4_slot_mapping},   {"c128_slot_mapping", &B::c128_slot_mapping},
+      {"c128a_decode_indices", &B::c128a_decode_indices},
+      {"c128a_decode_lens", &B::c128a_decode_lens},
+      {"c128a_prefill_indices", &B::c128a_prefill_indices},
   };
-  StepMetadataBuffers b;
-  b.query_start_loc = get("query_start_loc");
-  b.token_to_req = get("token_to_req");
-  b.positions = get("positions");
-  b.is_valid_token = get("is_valid_token");
-  b.swa_slot_mapping = get("swa_slot_mapping");
-  b.swa_indices = get("swa_indices");
-  b.swa_lens = get("swa_lens");
-  b.prefill_gather_lens = get("prefill_gather_lens");
-  b.c4_slot_mapping = get("c4_slot_mapping");
-  b.c128_slot_mapping = get("c128_slot_mapping");
-  b.c128a_decode_indices = get("c128a_decode_indices");
-  b.c128a_decode_lens = get("c128a_decode_lens");
-  b.c128a_prefill_indices = get("c128a_prefill_indices");
+  B b;
+  for (const auto& [key, member] : kFields) {
+    if (d.contains(key)) b.*member = t.view(d[key], key, Access::kWrite);
+  }
   return b;
 }
+
+constexpr std::pair<const char*, std::int64_t PrefillChunk::*> kChunkFields[] = {
+    {"req_begin", &PrefillChunk::req_begin},         {"req_end", &PrefillChunk::req_end},
+    {"token_begin", &PrefillChunk::token_begin},     {"token_end", &PrefillChunk::token_end},
+    {"compressed_rows", &PrefillChunk::compressed_rows}, {"workspace_rows", &PrefillChunk::workspace_rows},
+};
 
 // A chunk as prefill_chunk_plan returns it (a dict), or any object with those attributes.
 PrefillChunk chunk_from(const py::handle& c) {
   const bool is_dict = py::isinstance<py::dict>(c);
-  auto field = [&](const char* key) {
-    return (is_dict ? py::object(c[key]) : py::object(c.attr(key))).cast<std::int64_t>();
-  };
   PrefillChunk chunk;
-  chunk.req_begin = field("req_begin");
-  chunk.req_end = field("req_end");
-  chunk.token_begin = field("token_begin");
-  chunk.token_end = field("token_end");
-  chunk.compressed_rows = field("compressed_rows");
-  chunk.workspace_rows = field("workspace_rows");
+  for (const auto& [key, member] : kChunkFields) {
+    chunk.*member = (is_dict ? py::object(c[key]) : py::object(c.attr(key))).cast<std::int64_t>();
+  }
   return chunk;
 }
 
@@ -121,10 +119,9 @@ py::dict workspace_dict(const PrefillWorkspaceShape& w) {
 }
 
 py::dict chunk_dict(const PrefillChunk& c) {
-  using C = PrefillChunk;
-  return fields_dict(c, {{"req_begin", &C::req_begin}, {"req_end", &C::req_end}, {"token_begin", &C::token_begin},
-                         {"token_end", &C::token_end}, {"compressed_rows", &C::compressed_rows},
-                         {"workspace_rows", &C::workspace_rows}});
+  py::dict d;
+  for (const auto& [key, member] : kChunkFields) d[key] = c.*member;
+  return d;
 }
 
 }  // namespace

@@ -22,40 +22,9 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr int kDim = 512;
 
-struct FourRows {
-  HostTensor kv = HostTensor::zeros(DType::kBF16, {4, kDim});
-  HostTensor q;
-  HostTensor out = HostTensor::zeros(DType::kBF16, {1, 1, kDim});
-  HostTensor max_logits = HostTensor::zeros(DType::kF32, {1, 1});
-  HostTensor lse = HostTensor::zeros(DType::kF32, {1, 1});
-  HostTensor indices, topk_length, sink;
-  float softmax_scale = 0.5f;
-
-  // q = a e0 + b e1.
-  FourRows(float a, float b) : q(hand::q_tensor(1, 1, kDim, {{{0, 0, 0}, a}, {{0, 0, 1}, b}})) {
-    auto* p = kv.view().ptr<std::uint16_t>();
-    p[0] = f32_to_bf16(1.0f);
-    p[kDim + 1] = f32_to_bf16(2.0f);
-    p[2 * kDim] = f32_to_bf16(-1.0f);
-    p[2 * kDim + 2] = f32_to_bf16(1.0f);
-    for (int d = 0; d < kDim; ++d) p[3 * kDim + d] = 0x7FC0;
-  }
-  Status run(Backend backend) {
-    testkit::poison(out.view());
-    testkit::poison(max_logits.view());
-    testkit::poison(lse.view());
-    SparsePrefillArgs a;
-    a.q = q.view();
-    a.kv = kv.view();
-    a.indices = indices.view();
-    a.topk_length = topk_length.view();
-    a.sink = sink.view();
-    a.softmax_scale = softmax_scale;
-    a.out = out.view();
-    a.max_logits = max_logits.view();
-    a.lse = lse.view();
-    return sparse_prefill(a, backend);
-  }
+struct FourRows : hand::FourRowPrefill {
+  using FourRowPrefill::FourRowPrefill;
+  Status run(Backend backend) { return sparse_prefill(args(), backend); }
   bool out_all_nan() const {
     for (int d = 0; d < kDim; ++d) {
       if (!std::isnan(out_at(out.view(), 0, 0, d))) return false;

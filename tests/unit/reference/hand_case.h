@@ -87,4 +87,43 @@ inline float f32_at(const TensorView& v, std::int64_t t, std::int64_t h) {
 // Tolerance for a bf16-rounded output against its exact value.
 inline double bf16_tol(double want) { return std::abs(want) / 256.0 + 1e-7; }
 
+// A flat bf16 prefill over four kv rows, built by hand:
+// r0 = e0, r1 = 2 e1, r2 = -e0 + e2, r3 = NaN in every dim (never selected unless a test says so).
+// q = a e0 + b e1 (one token, one head). args() poisons the outputs and returns the call.
+struct FourRowPrefill {
+  static constexpr int kDim = 512;
+  HostTensor kv = HostTensor::zeros(DType::kBF16, {4, kDim});
+  HostTensor q;
+  HostTensor out = HostTensor::zeros(DType::kBF16, {1, 1, kDim});
+  HostTensor max_logits = HostTensor::zeros(DType::kF32, {1, 1});
+  HostTensor lse = HostTensor::zeros(DType::kF32, {1, 1});
+  HostTensor indices, topk_length, sink;
+  float softmax_scale = 0.5f;
+
+  FourRowPrefill(float a, float b) : q(q_tensor(1, 1, kDim, {{{0, 0, 0}, a}, {{0, 0, 1}, b}})) {
+    auto* p = kv.view().ptr<std::uint16_t>();
+    p[0] = f32_to_bf16(1.0f);
+    p[kDim + 1] = f32_to_bf16(2.0f);
+    p[2 * kDim] = f32_to_bf16(-1.0f);
+    p[2 * kDim + 2] = f32_to_bf16(1.0f);
+    for (int d = 0; d < kDim; ++d) p[3 * kDim + d] = 0x7FC0;
+  }
+  SparsePrefillArgs args() {
+    testkit::poison(out.view());
+    testkit::poison(max_logits.view());
+    testkit::poison(lse.view());
+    SparsePrefillArgs a;
+    a.q = q.view();
+    a.kv = kv.view();
+    a.indices = indices.view();
+    a.topk_length = topk_length.view();
+    a.sink = sink.view();
+    a.softmax_scale = softmax_scale;
+    a.out = out.view();
+    a.max_logits = max_logits.view();
+    a.lse = lse.view();
+    return a;
+  }
+};
+
 }  // namespace smla::testing::hand

@@ -22,40 +22,9 @@ using testkit::HostTensor;
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr int kDim = 512;
 
-// kv rows: r0 = e0, r1 = 2 e1, r2 = -e0 + e2, r3 = NaN (never selected).
-// q = 2 e0 + 1 e1, scale 0.5: s0 = 1, s1 = 1, s2 = -1.
-struct FourRows {
-  HostTensor kv = HostTensor::zeros(DType::kBF16, {4, kDim});
-  HostTensor q = hand::q_tensor(1, 1, kDim, {{{0, 0, 0}, 2.0f}, {{0, 0, 1}, 1.0f}});
-  HostTensor out = HostTensor::zeros(DType::kBF16, {1, 1, kDim});
-  HostTensor max_logits = HostTensor::zeros(DType::kF32, {1, 1});
-  HostTensor lse = HostTensor::zeros(DType::kF32, {1, 1});
-  HostTensor indices, topk_length, sink;
-
-  FourRows() {
-    auto* p = kv.view().ptr<std::uint16_t>();
-    p[0] = f32_to_bf16(1.0f);
-    p[kDim + 1] = f32_to_bf16(2.0f);
-    p[2 * kDim] = f32_to_bf16(-1.0f);
-    p[2 * kDim + 2] = f32_to_bf16(1.0f);
-    for (int d = 0; d < kDim; ++d) p[3 * kDim + d] = 0x7FC0;
-  }
-  SparsePrefillArgs args() {
-    testkit::poison(out.view());
-    testkit::poison(max_logits.view());
-    testkit::poison(lse.view());
-    SparsePrefillArgs a;
-    a.q = q.view();
-    a.kv = kv.view();
-    a.indices = indices.view();
-    a.topk_length = topk_length.view();
-    a.sink = sink.view();
-    a.softmax_scale = 0.5f;
-    a.out = out.view();
-    a.max_logits = max_logits.view();
-    a.lse = lse.view();
-    return a;
-  }
+// q = 2 e0 + 1 e1, scale 0.5: s0 = 1, s1 = 1, s2 = -1 (rows: hand::FourRowPrefill).
+struct FourRows : hand::FourRowPrefill {
+  FourRows() : FourRowPrefill(2.0f, 1.0f) {}
 };
 
 TEST(ReferencePrefillHand, ThreeRowsWithInvalidIndicesSkipped) {
