@@ -20,7 +20,6 @@ using testkit::HostTensor;
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
-constexpr int kDim = 512;
 
 struct FourRows : hand::FourRowPrefill {
   using FourRowPrefill::FourRowPrefill;
