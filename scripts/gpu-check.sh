@@ -151,7 +151,7 @@ if [[ -n "${SMLA_GPU_PROFILE:-}" ]]; then
   # SMLA_GPU_PROFILE_METRICS adds ncu metrics, e.g. "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio".
   step "ncu on $profile_label b=$profile_b"
   ncu_bin=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
-  timeout 300 "$ncu_bin" -k regex:sparse_attention_kernel -c 1 --section SpeedOfLight --section WarpStateStats \
+  timeout 300 "$ncu_bin" --clock-control none -k regex:attention_kernel -c 1 --section SpeedOfLight --section WarpStateStats \
     --section SchedulerStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section Occupancy \
     ${SMLA_GPU_PROFILE_METRICS:+--metrics "$SMLA_GPU_PROFILE_METRICS"} build/gpu/bench/cuda/smla_bench_cuda --filter "$profile_label" --b "$profile_b" --runs 1 --warmup 0 \
     --check-max-b 0 --json /dev/null >"$out/ncu.log" 2>&1 || status=1

@@ -16,12 +16,12 @@
 namespace smla::cuda {
 namespace {
 
-constexpr int kMaxSplits = 64;
 constexpr std::size_t kWorkspaceAlign = 256;
 
 struct DeviceInfo {
   int sm_count = 0;
   int smem_optin = 0;
+  int cc_major = 0;
 };
 
 Status cuda_failure(const char* what, cudaError_t error) {
@@ -40,6 +40,7 @@ Expected<DeviceInfo> current_device_info() {
   if (info.sm_count == 0) {
     error = cudaDeviceGetAttribute(&info.sm_count, cudaDevAttrMultiProcessorCount, device);
     if (error == cudaSuccess) error = cudaDeviceGetAttribute(&info.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+    if (error == cudaSuccess) error = cudaDeviceGetAttribute(&info.cc_major, cudaDevAttrComputeCapabilityMajor, device);
     if (error != cudaSuccess) {
       info.sm_count = 0;
       return cuda_failure("cudaDeviceGetAttribute", error);
@@ -203,6 +204,7 @@ Expected<AttentionPlan> plan_attention(LoaderKind kind, std::int64_t num_tokens,
   const std::int64_t tiles = std::max<std::int64_t>((num_keys + kKeysPerTile - 1) / kKeysPerTile, 1);
   plan.num_splits = static_cast<int>(std::clamp<std::int64_t>(std::min(slots / blocks, tiles), 1, kMaxSplits));
   plan.prefetch_rows = prefetch_rows_wanted(blocks * plan.num_splits, slots);
+  plan.chain_combine = plan.num_splits > 1 && device->cc_major >= 9;
   if (plan.num_splits > 1) {
     plan.workspace_bytes = partial_out_bytes(plan, num_tokens, num_heads) + 2 * partial_stat_bytes(plan, num_tokens, num_heads);
   }
@@ -244,7 +246,7 @@ Status launch_planned_attention(const AttentionPlan& plan, SparseAttentionParams
   error = plan.variant.launch(params, grid, plan.smem_bytes, stream);
   if (error != cudaSuccess) return cuda_failure("attention kernel launch", error);
   if (plan.num_splits > 1) {
-    error = launch_split_combine(params, stream);
+    error = launch_split_combine(params, plan.chain_combine, stream);
     if (error != cudaSuccess) return cuda_failure("split combine launch", error);
   }
   return Status::Ok();

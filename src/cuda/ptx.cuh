@@ -1,6 +1,6 @@
 // Thin wrappers over the sm80 instructions the attention kernels use
-// (cp.async, ldmatrix, mma.sync m16n8k16 bf16). Portable to every target we
-// build (sm80, sm89, sm90a, sm120).
+// (cp.async, ldmatrix, mma.sync m16n8k16 bf16) and the launch-chaining hint.
+// Portable to every target we build (sm80, sm89, sm90a, sm120).
 #pragma once
 
 #include <cstdint>
@@ -53,6 +53,23 @@ __device__ __forceinline__ void mma_bf16_16816(float (&c)[4], const std::uint32_
       "{%0, %1, %2, %3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Programmatic dependent launch (sm90+; a no-op before): lets the grid launched
+// after this one on the stream with programmatic serialization (the split combine)
+// start now; that grid still waits for this one's results (griddepcontrol.wait).
+__device__ __forceinline__ void allow_dependent_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// The other side: a grid launched with programmatic serialization waits here until
+// the grid before it has finished and its writes are visible.
+__device__ __forceinline__ void wait_for_prior_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
 }
 
 }  // namespace smla::cuda

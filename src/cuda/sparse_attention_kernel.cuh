@@ -204,6 +204,7 @@ template <class Loader, int kRows>
 __global__ void __launch_bounds__(kAttentionThreads, attention_min_blocks_per_sm<kRows>())
     sparse_attention_kernel(const __grid_constant__ SparseAttentionParams p) {
   using Cfg = AttentionConfig<Loader, kRows>;
+  allow_dependent_launch();
   extern __shared__ __align__(16) std::uint8_t smem[];
   __nv_bfloat16* q_s = reinterpret_cast<__nv_bfloat16*>(smem + Cfg::kQOffset);
   __nv_bfloat16* k_s = reinterpret_cast<__nv_bfloat16*>(smem + Cfg::kKOffset);

@@ -50,6 +50,8 @@ inline AttentionVariant attention_variant(LoaderKind kind, int rows, bool portab
 }
 
 // Merges the num_splits partials of every (token, head) and adds the sink.
-cudaError_t launch_split_combine(const SparseAttentionParams& params, cudaStream_t stream);
+// programmatic (sm90+): launched as a programmatic dependent of the grid before
+// it on the stream (the attention grid), which it waits for on the device.
+cudaError_t launch_split_combine(const SparseAttentionParams& params, bool programmatic, cudaStream_t stream);
 
 }  // namespace smla::cuda

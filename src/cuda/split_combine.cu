@@ -1,6 +1,7 @@
 // Split-KV combine: merges the normalised f32 partials of each (token, head)
 // by their sums and raw maxima and adds the attention sink to the denominator.
-// One warp per head; each lane owns 16 of the 512 value columns.
+// One warp per head; each lane owns 16 of the 512 value columns. Launched as a
+// programmatic dependent of the attention grid on sm90+ (attention_plan.h).
 #include <cuda_bf16.h>
 
 #include <cmath>
@@ -11,7 +12,9 @@
 namespace smla::cuda {
 namespace {
 
-constexpr int kCombineWarps = 8;
+constexpr int kCombineWarps = 4;  // 4 heads a CTA: small batches spread over more SMs (docs/PERF.md)
+constexpr int kSplitsInFlight = 4;
+constexpr unsigned kFullMask = 0xFFFFFFFFu;
 
 __global__ void __launch_bounds__(kCombineWarps * 32) split_combine_kernel(const __grid_constant__ SparseAttentionParams p) {
   const int token = static_cast<int>(blockIdx.x);
@@ -27,38 +30,63 @@ __global__ void __launch_bounds__(kCombineWarps * 32) split_combine_kernel(const
   // scale_log2): every exponent is <= 0, so no lse overflow can creep in. A NaN
   // l_s (a NaN score in that split) makes the whole row NaN; l_s == 0 is a split
   // that attended nothing, skipped (its partial was never written).
-  float m = -INFINITY;
-  bool attended = false;
-  for (int s = 0; s < p.num_splits; ++s) {
-    const float l = p.partial_sum[s * plane + at];
-    if (l == 0.0f) continue;
-    attended = true;
-    m = fmaxf(m, p.partial_max[s * plane + at]);  // a NaN split's max may be -inf: its NaN l still counts
+  // Lane j reads the statistics of splits j and j + 32 together, so the statistics
+  // cost one round trip to L2 rather than a dependent pair per split.
+  static_assert(kMaxSplits <= 64, "two splits per lane");
+  wait_for_prior_grid();
+  float l[2], m_split[2];
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    const int s = lane + 32 * j;
+    const bool present = s < p.num_splits;
+    l[j] = present ? p.partial_sum[s * plane + at] : 0.0f;
+    m_split[j] = present ? p.partial_max[s * plane + at] : -INFINITY;
   }
+  const unsigned live[2] = {__ballot_sync(kFullMask, l[0] != 0.0f), __ballot_sync(kFullMask, l[1] != 0.0f)};
   std::uint16_t* out = p.out + token * p.stride_out_t + head * p.stride_out_h;
-  if (!attended) {  // no split attended anything
+  if ((live[0] | live[1]) == 0u) {  // no split attended anything
     for (int c = lane * 2; c < kValueDim; c += 64) store_bf16_pair(p, out + c, 0.0f, 0.0f);
     if (lane == 0 && p.lse != nullptr) p.lse[token * p.stride_lse_t + head * p.stride_lse_h] = INFINITY;
     if (lane == 0 && p.max_logits != nullptr) p.max_logits[token * p.stride_max_t + head * p.stride_max_h] = -INFINITY;
     return;
   }
-  const float reference = m == -INFINITY ? 0.0f : m;  // only NaN splits: keeps -inf - -inf out (the sum is NaN anyway)
-
-  float sum = 0.0f;
-  float4 acc[4] = {};
-  for (int s = 0; s < p.num_splits; ++s) {
-    const float l = p.partial_sum[s * plane + at];
-    if (l == 0.0f) continue;  // empty split: its partial was never written
-    const float weight = l * exp2f((p.partial_max[s * plane + at] - reference) * p.scale_log2);
-    sum += weight;
-    const float4* part = reinterpret_cast<const float4*>(p.partial_out + (s * plane + at) * kValueDim);
+  // A NaN split's max may be -inf (fmaxf skips NaN scores): its NaN l still counts.
+  float m = fmaxf(l[0] != 0.0f ? m_split[0] : -INFINITY, l[1] != 0.0f ? m_split[1] : -INFINITY);
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float4 v = part[lane + 32 * i];
-      acc[i].x += weight * v.x;
-      acc[i].y += weight * v.y;
-      acc[i].z += weight * v.z;
-      acc[i].w += weight * v.w;
+  for (int offset = 16; offset > 0; offset /= 2) m = fmaxf(m, __shfl_xor_sync(kFullMask, m, offset));
+  const float reference = m == -INFINITY ? 0.0f : m;  // only NaN splits: keeps -inf - -inf out (the sum is NaN anyway)
+  float weight[2];
+#pragma unroll
+  for (int j = 0; j < 2; ++j) weight[j] = l[j] != 0.0f ? l[j] * exp2f((m_split[j] - reference) * p.scale_log2) : 0.0f;
+  float sum = weight[0] + weight[1];
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(kFullMask, sum, offset);
+
+  // Groups of kSplitsInFlight splits: their partial loads are independent of one
+  // another, so they are in flight together.
+  float4 acc[4] = {};
+  for (int first = 0; first < p.num_splits; first += kSplitsInFlight) {
+    float4 v[kSplitsInFlight][4];
+    float w[kSplitsInFlight];
+#pragma unroll
+    for (int g = 0; g < kSplitsInFlight; ++g) {
+      const int s = first + g;
+      const float lane_weight = __shfl_sync(kFullMask, s < 32 ? weight[0] : weight[1], s % 32);
+      const bool attended = s < p.num_splits && ((live[s / 32 % 2] >> (s % 32)) & 1u) != 0u;
+      w[g] = attended ? lane_weight : 0.0f;
+      const float4* part = reinterpret_cast<const float4*>(p.partial_out + (s * plane + at) * kValueDim);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) v[g][i] = attended ? part[lane + 32 * i] : float4{};
+    }
+#pragma unroll
+    for (int g = 0; g < kSplitsInFlight; ++g) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        acc[i].x += w[g] * v[g][i].x;
+        acc[i].y += w[g] * v[g][i].y;
+        acc[i].z += w[g] * v[g][i].z;
+        acc[i].w += w[g] * v[g][i].w;
+      }
     }
   }
   // The same finish as an unsplit row (sparse_attention_kernel.cuh): m and sum are the row's statistics.
@@ -77,11 +105,20 @@ __global__ void __launch_bounds__(kCombineWarps * 32) split_combine_kernel(const
 
 }  // namespace
 
-cudaError_t launch_split_combine(const SparseAttentionParams& params, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>(params.num_tokens),
-                  static_cast<unsigned>((params.num_heads + kCombineWarps - 1) / kCombineWarps));
-  split_combine_kernel<<<grid, kCombineWarps * 32, 0, stream>>>(params);
-  return cudaGetLastError();
+cudaError_t launch_split_combine(const SparseAttentionParams& params, bool programmatic, cudaStream_t stream) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(params.num_tokens),
+                        static_cast<unsigned>((params.num_heads + kCombineWarps - 1) / kCombineWarps));
+  config.blockDim = dim3(kCombineWarps * 32);
+  config.stream = stream;
+  cudaLaunchAttribute chained{};
+  chained.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  chained.val.programmaticStreamSerializationAllowed = 1;
+  if (programmatic) {
+    config.attrs = &chained;
+    config.numAttrs = 1;
+  }
+  return cudaLaunchKernelEx(&config, split_combine_kernel, params);
 }
 
 }  // namespace smla::cuda

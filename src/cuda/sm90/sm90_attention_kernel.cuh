@@ -544,6 +544,7 @@ template <class Loader, bool kTokenMajor, bool kPair>
 __global__ void __launch_bounds__(kThreads, 1) sm90_attention_kernel(const __grid_constant__ SparseAttentionParams p) {
   static_assert(!(kPair && kTokenMajor), "a pair's CTAs start together anyway");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  allow_dependent_launch();
   using Layout = Sm90Layout<Loader::kDim>;
   extern __shared__ __align__(16) std::uint8_t smem_raw[];
   const std::uint32_t raw_address = smem_address(smem_raw);
