@@ -110,24 +110,29 @@ __device__ __forceinline__ void write_empty_split(const SparseAttentionParams& p
 template <int kDim>
 __device__ __forceinline__ void load_query(const SparseAttentionParams& p, int token, int head0, std::uint8_t* q_tile,
                                            int consumer_thread) {
+  // Aligned rows travel by cp.async, all of a thread's 16-byte units in flight at
+  // once: a load-then-store loop waited one memory latency per unit (16 of them).
   constexpr int kUnitsPerRow = kDim / 8;
   for (int i = consumer_thread; i < kRows * kUnitsPerRow; i += kConsumerThreads) {
     const int row = i / kUnitsPerRow;
     const int unit = i % kUnitsPerRow;
     const int head = head0 + row;
+    std::uint8_t* dst = q_tile + (unit / 8) * (64 * kSwizzleRowBytes) + swizzled_offset(row, unit % 8);
     uint4 value = make_uint4(0, 0, 0, 0);
     if (head < p.num_heads) {
       const std::uint16_t* src = p.q + token * p.stride_q_t + head * p.stride_q_h + unit * 8;
       if (p.q_aligned_16) {
-        value = __ldg(reinterpret_cast<const uint4*>(src));
-      } else {
-        std::uint32_t e[8];
-        for (int j = 0; j < 8; ++j) e[j] = src[j];
-        value = make_uint4(e[0] | (e[1] << 16), e[2] | (e[3] << 16), e[4] | (e[5] << 16), e[6] | (e[7] << 16));
+        cp_async_16(dst, src);
+        continue;
       }
+      std::uint32_t e[8];
+      for (int j = 0; j < 8; ++j) e[j] = src[j];
+      value = make_uint4(e[0] | (e[1] << 16), e[2] | (e[3] << 16), e[4] | (e[5] << 16), e[6] | (e[7] << 16));
     }
-    *reinterpret_cast<uint4*>(q_tile + (unit / 8) * (64 * kSwizzleRowBytes) + swizzled_offset(row, unit % 8)) = value;
+    *reinterpret_cast<uint4*>(dst) = value;
   }
+  cp_async_commit();
+  cp_async_wait_all();
 }
 
 // O *= alpha per row of a wgmma m64n256 accumulator (this thread's two rows), before the next P V.
