@@ -9,6 +9,7 @@
 
 #include "smla/cuda.h"
 #include "src/core/attention_validate.h"
+#include "src/cuda/current_device.h"
 #include "src/cuda/attention_plan.h"
 #include "src/cuda/sparse_attention_params.h"
 
@@ -43,17 +44,6 @@ Status check_row_alignment(std::string_view name, const void* base, std::int64_t
   if (!aligned(base, 16) || page_stride % 16 != 0 || row_stride % 16 != 0) {
     return invalid_argument(name, "a 16-byte aligned base, page stride and row stride for the cuda backend",
                             fmt::format("base {}, page stride {} B, row stride {} B", base, page_stride, row_stride));
-  }
-  return Status::Ok();
-}
-
-Status check_current_device(const TensorView& q) {
-  int device = 0;
-  const cudaError_t error = cudaGetDevice(&device);
-  if (error != cudaSuccess) return internal_error(fmt::format("cuda: cudaGetDevice failed: {}", cudaGetErrorString(error)));
-  if (q.device.index != device) {
-    return invalid_argument("q", fmt::format("tensors on the current device cuda:{}", device),
-                            fmt::format("cuda:{}", q.device.index));
   }
   return Status::Ok();
 }
@@ -121,7 +111,7 @@ Expected<PreparedCall> prepare_decode(const SparseDecodeArgs& args) {
   auto shape = detail::validate_sparse_decode(args, DeviceKind::kCuda);
   if (!shape) return shape.status().with_context("cuda_sparse_decode: ");
   if (shape->num_tokens > INT32_MAX) return invalid_argument("q", "at most 2^31-1 tokens", std::to_string(shape->num_tokens));
-  SMLA_RETURN_IF_ERROR(check_current_device(args.q));
+  SMLA_RETURN_IF_ERROR(cuda::check_on_current_device(args.q.device.index, "q"));
   PreparedCall call;
   SparseAttentionParams& p = call.params;
   set_query(args.q, args.sink, args.softmax_scale, &p);
@@ -153,7 +143,7 @@ Expected<PreparedCall> prepare_prefill(const SparsePrefillArgs& args) {
     return unimplemented(fmt::format("cuda_sparse_prefill: d_qk {} (the cuda backend supports 512 and 576)", shape->d_qk));
   }
   if (shape->num_queries > INT32_MAX) return invalid_argument("q", "at most 2^31-1 queries", std::to_string(shape->num_queries));
-  SMLA_RETURN_IF_ERROR(check_current_device(args.q));
+  SMLA_RETURN_IF_ERROR(cuda::check_on_current_device(args.q.device.index, "q"));
   PreparedCall call;
   SparseAttentionParams& p = call.params;
   set_query(args.q, args.sink, args.softmax_scale, &p);

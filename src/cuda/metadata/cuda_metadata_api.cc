@@ -10,6 +10,7 @@
 
 #include "smla/cuda_metadata.h"
 #include "src/core/metadata/metadata_rules.h"
+#include "src/cuda/current_device.h"
 #include "src/cuda/metadata/metadata_params.h"
 
 namespace smla {
@@ -55,17 +56,7 @@ class DeviceChecker {
     return view.present() ? check(view, name, dtype, rank) : Status::Ok();
   }
   Status check_current() const {
-    if (device_ < 0) return Status::Ok();
-    int current = 0;
-    const cudaError_t error = cudaGetDevice(&current);
-    if (error != cudaSuccess) {
-      return internal_error(fmt::format("cuda: cudaGetDevice failed: {}", cudaGetErrorString(error)));
-    }
-    if (current != device_) {
-      return invalid_argument(first_, fmt::format("tensors on the current device cuda:{}", current),
-                              fmt::format("cuda:{}", device_));
-    }
-    return Status::Ok();
+    return device_ < 0 ? Status::Ok() : cuda::check_on_current_device(device_, first_);
   }
 
  private:

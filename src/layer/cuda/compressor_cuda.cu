@@ -211,7 +211,7 @@ Status validate(const CompressorArgs& args) {
     return invalid_argument("kv_score", "at most 2^31-1 tokens", std::to_string(tokens));
   }
   const TensorView& destination = args.kv_cache ? args.kv_cache->pages : args.index_cache->pages;
-  return layer_cuda::check_current_device({{&args.kv_score, "kv_score"},
+  return layer_cuda::check_on_current_device({{&args.kv_score, "kv_score"},
                                            {&args.ape, "ape"},
                                            {&args.norm_weight, "norm_weight"},
                                            {&args.positions, "positions"},

@@ -80,7 +80,7 @@ Status validate(const IndexerQueryArgs& args) {
     return invalid_argument("q", "at most " + std::to_string(layer_cuda::kMaxGridY * kWarps) + " heads",
                             args.q.shape_string());
   }
-  return layer_cuda::check_current_device({{&args.q, "q"},
+  return layer_cuda::check_on_current_device({{&args.q, "q"},
                                            {&args.weights, "weights"},
                                            {&args.positions, "positions"},
                                            {&args.q_fp8, "q_fp8"},

@@ -27,6 +27,7 @@
 
 #include "smla/cuda_layer.h"
 #include "smla/numeric.h"
+#include "src/cuda/current_device.h"
 #include "src/layer/checks.h"
 
 namespace smla {
@@ -418,18 +419,6 @@ Expected<DeviceTopkShape> validate(const IndexerTopkArgs& args) {
   return shape;
 }
 
-Status check_current_device(int index) {
-  int device = 0;
-  const cudaError_t error = cudaGetDevice(&device);
-  if (error != cudaSuccess)
-    return internal_error(runtime_format("cudaGetDevice failed: {}", cudaGetErrorString(error)));
-  if (index != device) {
-    return invalid_argument("q_fp8", runtime_format("tensors on the current device cuda:{}", device),
-                            runtime_format("cuda:{}", index));
-  }
-  return Status::Ok();
-}
-
 TopkParams make_params(const IndexerTopkArgs& args, const DeviceTopkShape& shape, void* workspace) {
   TopkParams p;
   p.q = static_cast<const std::uint8_t*>(args.q_fp8.data);
@@ -484,7 +473,7 @@ Status cuda_indexer_topk(const IndexerTopkArgs& args, void* workspace, std::size
   if (needed > 0 && (workspace == nullptr || reinterpret_cast<std::uintptr_t>(workspace) % kWorkspaceAlignment != 0)) {
     return fail(invalid_argument("workspace", "a 256-byte aligned device pointer", runtime_format("{}", workspace)));
   }
-  SMLA_RETURN_IF_ERROR(fail(check_current_device(args.q_fp8.device.index)));
+  SMLA_RETURN_IF_ERROR(fail(::smla::cuda::check_on_current_device(args.q_fp8.device.index, "q_fp8")));
   if (shape->tokens == 0) return Status::Ok();
   const TopkParams params = make_params(args, *shape, workspace);
   const auto cuda_stream = static_cast<cudaStream_t>(stream);

@@ -17,6 +17,7 @@
 #include "smla/rope.h"
 #include "smla/status.h"
 #include "smla/tensor.h"
+#include "src/cuda/current_device.h"
 #include "src/layer/cache_rows.h"
 
 namespace smla::layer_cuda {
@@ -112,19 +113,7 @@ inline Status check_block_table(const TensorView& t, std::string_view name) {
 
 // Every present tensor on the current device (its index), checked after the
 // shape checks so device-free callers see the argument errors first.
-inline Status check_current_device(std::initializer_list<std::pair<const TensorView*, std::string_view>> tensors) {
-  int device = 0;
-  const cudaError_t error = cudaGetDevice(&device);
-  if (error != cudaSuccess)
-    return internal_error(std::string("cuda: cudaGetDevice failed: ") + cudaGetErrorString(error));
-  for (const auto& [tensor, name] : tensors) {
-    if (tensor->present() && tensor->device.index != device) {
-      return invalid_argument(name, "a tensor on the current device cuda:" + std::to_string(device),
-                              "cuda:" + std::to_string(tensor->device.index));
-    }
-  }
-  return Status::Ok();
-}
+using ::smla::cuda::check_on_current_device;
 
 // The launch error of the kernels just queued on the stream (no synchronization).
 inline Status launch_status(std::string_view op) {

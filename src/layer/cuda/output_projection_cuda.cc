@@ -15,6 +15,7 @@
 #include "smla/cuda_layer.h"
 #include "smla/kv_format.h"
 #include "src/cuda/cublaslt_gemm.h"
+#include "src/cuda/current_device.h"
 #include "src/layer/checks.h"
 #include "src/layer/cuda/output_projection_kernels.h"
 #include "src/layer/layer_backend.h"
@@ -70,17 +71,6 @@ Expected<DeviceOutputShape> validate(const OutputProjectionArgs& args) {
   return shape;
 }
 
-Status check_current_device(const TensorView& o) {
-  int device = 0;
-  const cudaError_t error = cudaGetDevice(&device);
-  if (error != cudaSuccess) return internal_error(fmt::format("cudaGetDevice failed: {}", cudaGetErrorString(error)));
-  if (o.device.index != device) {
-    return invalid_argument("o", fmt::format("tensors on the current device cuda:{}", device),
-                            fmt::format("cuda:{}", o.device.index));
-  }
-  return Status::Ok();
-}
-
 Status run(const OutputProjectionArgs& args, const DeviceOutputShape& shape, void* workspace,
            std::size_t workspace_bytes, void* stream) {
   const WorkspaceLayout layout = workspace_layout(shape);
@@ -91,7 +81,7 @@ Status run(const OutputProjectionArgs& args, const DeviceOutputShape& shape, voi
   if (workspace == nullptr || reinterpret_cast<std::uintptr_t>(workspace) % kAlignment != 0) {
     return invalid_argument("workspace", "a 256-byte aligned device pointer", fmt::format("{}", workspace));
   }
-  SMLA_RETURN_IF_ERROR(check_current_device(args.o));
+  SMLA_RETURN_IF_ERROR(::smla::cuda::check_on_current_device(args.o.device.index, "o"));
   if (shape.tokens == 0 || shape.hidden == 0) return Status::Ok();
   auto* base = static_cast<std::uint8_t*>(workspace);
   void* rotated = base + layout.rotated_offset;

@@ -118,7 +118,7 @@ Status validate_query(const QueryPrepArgs& args) {
     return invalid_argument("out", "at most " + std::to_string(layer_cuda::kMaxGridY * kQueryWarps) + " heads",
                             args.out.shape_string());
   }
-  return layer_cuda::check_current_device({{&args.q, "q"}, {&args.out, "out"}, {&args.positions, "positions"}});
+  return layer_cuda::check_on_current_device({{&args.q, "q"}, {&args.out, "out"}, {&args.positions, "positions"}});
 }
 
 Status validate_kv(const KvPrepArgs& args) {
@@ -139,7 +139,7 @@ Status validate_kv(const KvPrepArgs& args) {
     SMLA_RETURN_IF_ERROR(check_tensor(args.rotated, "rotated", {DType::kBF16}, {tokens, kHeadDim}, DeviceKind::kCuda));
   }
   if (tokens > layer_cuda::kMaxGridX) return invalid_argument("kv", "at most 2^31-1 tokens", std::to_string(tokens));
-  return layer_cuda::check_current_device({{&args.kv, "kv"},
+  return layer_cuda::check_on_current_device({{&args.kv, "kv"},
                                            {&args.positions, "positions"},
                                            {&args.slot_mapping, "slot_mapping"},
                                            {&args.cache.pages, "cache"},

@@ -67,7 +67,7 @@ Status validate(const RopeArgs& args) {
     return invalid_argument("x", "at most " + std::to_string(kMaxHeads) + " heads",
                             args.x.shape_string());
   }
-  return layer_cuda::check_current_device({{&args.x, "x"}, {&args.positions, "positions"}});
+  return layer_cuda::check_on_current_device({{&args.x, "x"}, {&args.positions, "positions"}});
 }
 
 }  // namespace
