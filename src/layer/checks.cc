@@ -63,6 +63,18 @@ Status check_index_vector(const TensorView& t, std::string_view name, std::int64
   return Status::Ok();
 }
 
+Status check_block_table(const TensorView& t, std::string_view name, DeviceKind device) {
+  if (!t.present() || t.rank != 2 || t.dtype != DType::kI32 || t.device.kind != device) {
+    return invalid_argument(name, fmt::format("a {} i32 table [R, max_blocks]", device == DeviceKind::kCuda ? "cuda" : "cpu"),
+                            t.present() ? t.describe() : "absent");
+  }
+  if (t.shape[0] < 0 || t.shape[1] < 0 || t.stride[0] < 0 || t.stride[1] < 0) {
+    return invalid_argument(name, "non-negative shape and strides", t.describe());
+  }
+  if (t.numel() > 0 && t.data == nullptr) return invalid_argument(name, "non-null data", "nullptr");
+  return Status::Ok();
+}
+
 Status check_positions(const TensorView& positions, std::string_view name, std::int64_t max_positions) {
   for (std::int64_t i = 0; i < positions.shape[0]; ++i) {
     const std::int64_t p = read_index(positions, i);

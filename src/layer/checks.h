@@ -23,6 +23,10 @@ Status check_tensor(const TensorView& t, std::string_view name, std::initializer
 Status check_index_vector(const TensorView& t, std::string_view name, std::int64_t length,
                           DeviceKind device = DeviceKind::kCpu);
 
+// An i32 table [R, max_blocks] on device kind `device`: non-negative shape and
+// strides, non-null data when non-empty.
+Status check_block_table(const TensorView& t, std::string_view name, DeviceKind device = DeviceKind::kCpu);
+
 // Every position in [0, max_positions).
 Status check_positions(const TensorView& positions, std::string_view name, std::int64_t max_positions);
 

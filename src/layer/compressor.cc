@@ -16,17 +16,6 @@ using namespace layer_detail;
 
 namespace {
 
-Status check_block_table(const TensorView& t, std::string_view name) {
-  if (!t.present() || t.rank != 2 || t.dtype != DType::kI32 || t.device.kind != DeviceKind::kCpu) {
-    return invalid_argument(name, "a cpu i32 table [R, max_blocks]", t.present() ? t.describe() : "absent");
-  }
-  if (t.shape[0] < 0 || t.shape[1] < 0 || t.stride[0] < 0 || t.stride[1] < 0) {
-    return invalid_argument(name, "non-negative shape and strides", t.describe());
-  }
-  if (t.numel() > 0 && t.data == nullptr) return invalid_argument(name, "non-null data", "nullptr");
-  return Status::Ok();
-}
-
 // The state slot of (req, position), or an error naming the first bad index.
 Expected<std::int64_t> checked_state_slot(const CompressorArgs& args, const CompressorShape& shape, std::int64_t t,
                                           std::int64_t position) {

@@ -199,7 +199,7 @@ Status validate(const CompressorArgs& args) {
   if (args.state_cache.shape[1] < 1) {
     return invalid_argument("state_cache", "block_size >= 1", args.state_cache.shape_string());
   }
-  SMLA_RETURN_IF_ERROR(layer_cuda::check_block_table(args.state_block_table, "state_block_table"));
+  SMLA_RETURN_IF_ERROR(layer_detail::check_block_table(args.state_block_table, "state_block_table", DeviceKind::kCuda));
   SMLA_RETURN_IF_ERROR(check_index_vector(args.state_slot_mapping, "state_slot_mapping", tokens, kCuda));
   SMLA_RETURN_IF_ERROR(check_index_vector(args.compressed_slot_mapping, "compressed_slot_mapping", tokens, kCuda));
   if (args.kv_cache) {

@@ -99,18 +99,6 @@ inline Status check_indexer_cache(const IndexerCacheView& cache, std::string_vie
   return validate_indexer_cache(metadata, name);
 }
 
-// A cuda i32 table [R, max_blocks] with non-negative shape and strides.
-inline Status check_block_table(const TensorView& t, std::string_view name) {
-  if (!t.present() || t.rank != 2 || t.dtype != DType::kI32 || t.device.kind != DeviceKind::kCuda) {
-    return invalid_argument(name, "a cuda i32 table [R, max_blocks]", t.present() ? t.describe() : "absent");
-  }
-  if (t.shape[0] < 0 || t.shape[1] < 0 || t.stride[0] < 0 || t.stride[1] < 0) {
-    return invalid_argument(name, "non-negative shape and strides", t.describe());
-  }
-  if (t.shape[0] * t.shape[1] > 0 && t.data == nullptr) return invalid_argument(name, "non-null data", "nullptr");
-  return Status::Ok();
-}
-
 // Every present tensor on the current device (its index), checked after the
 // shape checks so device-free callers see the argument errors first.
 using ::smla::cuda::check_on_current_device;
