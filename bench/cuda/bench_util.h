@@ -14,7 +14,7 @@
 #include "bench/cuda/synthetic_fill.h"
 #include "smla/attention.h"
 #include "smla/kv_format.h"
-#include "tests/unit/cuda/device_copy.h"
+#include "testkit/cuda/device_copy.h"
 
 namespace smla::bench {
 

@@ -36,7 +36,7 @@
 #include "bench/cuda/mma_ceiling.h"
 #include "smla/attention.h"
 #include "smla/cuda.h"
-#include "tests/unit/cuda/device_copy.h"
+#include "testkit/cuda/device_copy.h"
 #include "testkit/testkit.h"
 
 namespace smla::bench {

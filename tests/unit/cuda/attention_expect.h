@@ -14,7 +14,7 @@
 
 #include "smla/attention.h"
 #include "tests/common/test_common.h"
-#include "tests/unit/cuda/device_copy.h"
+#include "testkit/cuda/device_copy.h"
 #include "testkit/testkit.h"
 
 // First line of every GPU test: skips, visibly, on a machine without a CUDA device.

@@ -19,7 +19,7 @@
 #include "src/cuda/attention_plan.h"
 #include "tests/common/test_common.h"
 #include "tests/unit/cuda/attention_expect.h"
-#include "tests/unit/cuda/device_copy.h"
+#include "testkit/cuda/device_copy.h"
 #include "testkit/testkit.h"
 
 namespace smla {

@@ -12,7 +12,7 @@
 #include "smla/cuda.h"
 #include "tests/common/test_common.h"
 #include "tests/unit/cuda/attention_expect.h"
-#include "tests/unit/cuda/device_copy.h"
+#include "testkit/cuda/device_copy.h"
 #include "testkit/testkit.h"
 
 namespace smla {

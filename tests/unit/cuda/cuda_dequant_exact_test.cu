@@ -15,7 +15,7 @@
 
 #include "smla/numeric.h"
 #include "src/cuda/kv_loaders.cuh"
-#include "tests/unit/cuda/device_copy.h"
+#include "testkit/cuda/device_copy.h"
 
 namespace smla::cuda {
 namespace {

@@ -19,7 +19,7 @@
 #include "smla/numeric.h"
 #include "src/cuda/cublaslt_gemm.h"
 #include "tests/common/test_common.h"
-#include "tests/unit/cuda/device_copy.h"
+#include "testkit/cuda/device_copy.h"
 #include "tests/unit/layer/layer_test_util.h"
 
 namespace smla {

@@ -27,7 +27,7 @@
 #include "src/layer/cache_rows.h"
 #include "src/layer/indexer_cache_rows.h"
 #include "tests/common/test_common.h"
-#include "tests/unit/cuda/device_copy.h"
+#include "testkit/cuda/device_copy.h"
 #include "tests/unit/layer/layer_test_util.h"
 
 namespace smla {

@@ -22,7 +22,7 @@
 #include "smla/cuda_metadata.h"
 #include "smla/metadata.h"
 #include "tests/common/test_common.h"
-#include "tests/unit/cuda/device_copy.h"
+#include "testkit/cuda/device_copy.h"
 #include "tests/unit/metadata/host_batch.h"
 
 namespace smla {

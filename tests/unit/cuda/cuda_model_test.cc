@@ -13,7 +13,7 @@
 
 #include "smla/cuda_model.h"
 #include "smla/model.h"
-#include "tests/unit/cuda/device_copy.h"
+#include "testkit/cuda/device_copy.h"
 
 namespace smla {
 namespace {

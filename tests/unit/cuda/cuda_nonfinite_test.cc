@@ -23,7 +23,7 @@
 #include "tests/common/test_common.h"
 #include "tests/unit/consistency/nonfinite_cases.h"
 #include "tests/unit/cuda/attention_expect.h"
-#include "tests/unit/cuda/device_copy.h"
+#include "testkit/cuda/device_copy.h"
 
 namespace smla {
 namespace {
