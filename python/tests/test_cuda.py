@@ -145,9 +145,16 @@ def test_cupy_arrays_through_dlpack_on_a_caller_stream(rng):
     cupy = pytest.importorskip("cupy")
     case = decode_case(rng, tokens=4, heads=16, k_main=20)
     dev = lambda a: None if a is None else cupy.asarray(np.ascontiguousarray(a))  # noqa: E731
+
+    def dev_cache(cache):  # the same bytes and strides on the device: pages keep their padded stride
+        pages = cache.pages
+        flat = np.lib.stride_tricks.as_strided(pages, (pages.shape[0], pages.strides[0] // pages.itemsize),
+                                               (pages.strides[0], pages.itemsize))
+        base = cupy.asarray(np.ascontiguousarray(flat))
+        return smla.KvCache(cupy.lib.stride_tricks.as_strided(base, pages.shape, pages.strides), cache.format)
+
     q, idx = dev(case["q"]), dev(case["main_indices"])  # bf16 as uint16 bits
-    main = smla.KvCache(dev(case["main_cache"].pages), "v4-fp8")
-    extra = smla.KvCache(dev(case["extra_cache"].pages), "v4-fp8")
+    main, extra = dev_cache(case["main_cache"]), dev_cache(case["extra_cache"])
     kwargs = dict(main_lengths=dev(case["main_lengths"]), extra_cache=extra, extra_indices=dev(case["extra_indices"]),
                   extra_lengths=dev(case["extra_lengths"]), sink=dev(case["sink"]),
                   softmax_scale=case["softmax_scale"])
