@@ -171,7 +171,7 @@ void CollectRows(const AttentionParams& p, std::int64_t token, std::vector<KeyRo
     if (set.indices == nullptr) continue;
     std::int64_t length = set.width;
     if (set.lengths != nullptr) length = std::clamp<std::int64_t>(set.lengths[token * set.stride_lengths], 0, set.width);
-    const std::int32_t* indices = set.indices + token * set.stride_indices_token;
+    const std::int32_t* indices = set.indices + token * set.stride_indices_t;
     for (std::int64_t j = 0; j < length; ++j) {
       const std::int64_t index = indices[j];
       if (index < 0 || index >= set.num_rows) continue;
@@ -366,7 +366,7 @@ void LoadQueries(const AttentionParams& p, std::int64_t token, std::int64_t head
   const DF df;
   const int n = static_cast<int>(hn::Lanes(df));
   for (int h = 0; h < heads; ++h) {
-    const std::uint16_t* q = p.q + token * p.stride_q_token + (head + h) * p.stride_q_head;
+    const std::uint16_t* q = p.q + token * p.stride_q_t + (head + h) * p.stride_q_h;
     const auto* bytes = reinterpret_cast<const std::uint8_t*>(q);
     float* row = dst + h * row_len;
     int i = 0;
@@ -382,7 +382,7 @@ void FinishHeads(const AttentionParams& p, std::int64_t token, std::int64_t head
   constexpr float kInf = std::numeric_limits<float>::infinity();
   for (std::int64_t h = 0; h < heads; ++h) {
     const std::int64_t head = head_begin + h;
-    std::uint16_t* out = p.out + token * p.stride_out_token + head * p.stride_out_head;
+    std::uint16_t* out = p.out + token * p.stride_out_t + head * p.stride_out_h;
     float lse = kInf, max_logit = -kInf, inv_denominator = 0.0f;
     if (!empty) {
       const float sink = p.sink != nullptr ? p.sink[head * p.stride_sink] : -kInf;
@@ -398,7 +398,7 @@ void FinishHeads(const AttentionParams& p, std::int64_t token, std::int64_t head
     }
     const float* o = acc + h * acc_len;
     for (int i = 0; i < p.d_v; ++i) out[i] = f32_to_bf16(empty ? 0.0f : o[i] * inv_denominator);
-    if (p.lse != nullptr) p.lse[token * p.stride_lse_token + head * p.stride_lse_head] = lse;
+    if (p.lse != nullptr) p.lse[token * p.stride_lse_t + head * p.stride_lse_h] = lse;
     if (p.max_logits != nullptr) {
       p.max_logits[token * p.stride_max_logits_token + head * p.stride_max_logits_head] = max_logit;
     }

@@ -19,7 +19,7 @@ enum class RowSource : std::uint8_t {
 // One index set of a query token: indices [T, width] i32 into one row store.
 struct KeySetParams {
   const std::int32_t* indices = nullptr;  // [T, width]; nullptr: no such set
-  std::int64_t stride_indices_token = 0;
+  std::int64_t stride_indices_t = 0;
   std::int64_t width = 0;
   const std::int32_t* lengths = nullptr;  // [T]; nullptr: width for every token
   std::int64_t stride_lengths = 0;
@@ -42,8 +42,8 @@ struct AttentionParams {
   float softmax_scale = 0.0f;
 
   const std::uint16_t* q = nullptr;  // [T, h_q, d_qk] bf16
-  std::int64_t stride_q_token = 0;
-  std::int64_t stride_q_head = 0;
+  std::int64_t stride_q_t = 0;
+  std::int64_t stride_q_h = 0;
   const float* sink = nullptr;  // [h_q], may be nullptr (= -inf)
   std::int64_t stride_sink = 0;
 
@@ -51,11 +51,11 @@ struct AttentionParams {
   int num_sets = 1;
 
   std::uint16_t* out = nullptr;  // [T, h_q, d_v] bf16
-  std::int64_t stride_out_token = 0;
-  std::int64_t stride_out_head = 0;
+  std::int64_t stride_out_t = 0;
+  std::int64_t stride_out_h = 0;
   float* lse = nullptr;  // [T, h_q], may be nullptr; +inf for empty rows
-  std::int64_t stride_lse_token = 0;
-  std::int64_t stride_lse_head = 0;
+  std::int64_t stride_lse_t = 0;
+  std::int64_t stride_lse_h = 0;
   float* max_logits = nullptr;  // [T, h_q], may be nullptr; -inf for empty rows
   std::int64_t stride_max_logits_token = 0;
   std::int64_t stride_max_logits_head = 0;

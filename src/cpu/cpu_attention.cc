@@ -58,7 +58,7 @@ Status run_attention(const AttentionParams& params) {
 KeySetParams paged_set(const KvCacheView& cache, const TensorView& indices, const TensorView& lengths) {
   KeySetParams set;
   set.indices = indices.ptr<const std::int32_t>();
-  set.stride_indices_token = indices.stride[0];
+  set.stride_indices_t = indices.stride[0];
   set.width = indices.shape[1];
   if (lengths.present()) {
     set.lengths = lengths.ptr<const std::int32_t>();
@@ -75,19 +75,19 @@ KeySetParams paged_set(const KvCacheView& cache, const TensorView& indices, cons
 void set_outputs(AttentionParams* p, const TensorView& q, const TensorView& sink, const TensorView& out,
                  const TensorView& lse) {
   p->q = q.ptr<const std::uint16_t>();
-  p->stride_q_token = q.stride[0];
-  p->stride_q_head = q.stride[1];
+  p->stride_q_t = q.stride[0];
+  p->stride_q_h = q.stride[1];
   if (sink.present()) {
     p->sink = sink.ptr<const float>();
     p->stride_sink = sink.stride[0];
   }
   p->out = out.ptr<std::uint16_t>();
-  p->stride_out_token = out.stride[0];
-  p->stride_out_head = out.stride[1];
+  p->stride_out_t = out.stride[0];
+  p->stride_out_h = out.stride[1];
   if (lse.present()) {
     p->lse = lse.ptr<float>();
-    p->stride_lse_token = lse.stride[0];
-    p->stride_lse_head = lse.stride[1];
+    p->stride_lse_t = lse.stride[0];
+    p->stride_lse_h = lse.stride[1];
   }
 }
 
@@ -136,7 +136,7 @@ Status sparse_prefill(const SparsePrefillArgs& args, const detail::PrefillShape&
   }
   KeySetParams& set = p.sets[0];
   set.indices = args.indices.ptr<const std::int32_t>();
-  set.stride_indices_token = args.indices.stride[0];
+  set.stride_indices_t = args.indices.stride[0];
   set.width = shape.topk;
   if (args.topk_length.present()) {
     set.lengths = args.topk_length.ptr<const std::int32_t>();

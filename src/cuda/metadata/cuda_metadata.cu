@@ -84,7 +84,7 @@ __global__ void __launch_bounds__(kSummaryThreads) summarize_kernel(const __grid
     const std::int64_t inclusive = block_inclusive_sum(detail::max64(q, 0), scan_scratch, &chunk_total);
     if (r < reqs) {
       // Monotone even for invalid batches; real values stay far below the clamp.
-      p.query_start_loc[(r + 1) * p.s_query_start_loc] =
+      p.query_start_loc[(r + 1) * p.stride_query_start_loc] =
           static_cast<std::int32_t>(detail::min64(carry + inclusive, detail::kMaxI32));
     }
     carry += chunk_total;
@@ -107,10 +107,10 @@ __global__ void __launch_bounds__(kSummaryThreads) summarize_kernel(const __grid
     } else {
       my_prefill_max = detail::max64(my_prefill_max, q);
       errors |= (r > decodes && q <= p.decode_threshold) ? static_cast<int>(kErrUnordered) : 0;
-      p.prefill_gather_lens[(r - decodes) * p.s_prefill_gather_lens] =
+      p.prefill_gather_lens[(r - decodes) * p.stride_prefill_gather_lens] =
           static_cast<std::int32_t>(detail::prefill_gather_len(s, q, p.window));
     }
-    if (r >= reqs - decodes) p.prefill_gather_lens[r * p.s_prefill_gather_lens] = 0;  // rows past P
+    if (r >= reqs - decodes) p.prefill_gather_lens[r * p.stride_prefill_gather_lens] = 0;  // rows past P
   }
   atomicMax(&max_decode_query, my_decode_max);
   atomicMax(&max_prefill_query, my_prefill_max);
@@ -124,7 +124,7 @@ __global__ void __launch_bounds__(kSummaryThreads) summarize_kernel(const __grid
     std::int64_t error_word = all_errors;
     if (actual > b.num_tokens) error_word |= kErrTooManyTokens;
     std::int64_t* c = p.counts;
-    const std::int64_t s = p.s_counts;
+    const std::int64_t s = p.stride_counts;
     c[kNumReqs * s] = reqs;
     c[kNumTokens * s] = b.num_tokens;
     c[kNumActualTokens * s] = actual;
@@ -172,7 +172,7 @@ __device__ void check_request_tables(const StepMetadataParams& p, std::int64_t r
   if (b.c4.data != nullptr && table_violation(b.c4, r, p.c4_block, 0, s / 4)) bits |= kErrC4Table;
   if (b.c128.data != nullptr && table_violation(b.c128, r, p.c128_block, 0, s / 128)) bits |= kErrC128Table;
   if (threadIdx.x == 0 && bits != 0) {
-    atomicOr(reinterpret_cast<unsigned long long*>(p.counts + kErrorWord * p.s_counts),
+    atomicOr(reinterpret_cast<unsigned long long*>(p.counts + kErrorWord * p.stride_counts),
              static_cast<unsigned long long>(bits));
   }
 }
@@ -193,13 +193,13 @@ __device__ TokenInfo locate_token(const StepMetadataParams& p, std::int64_t u, s
   std::int64_t lo = 0, hi = b.num_reqs;  // answer in [lo, hi)
   while (hi - lo > 1) {
     const std::int64_t mid = (lo + hi) / 2;
-    if (load_i32(p.query_start_loc, p.s_query_start_loc, mid) <= u) {
+    if (load_i32(p.query_start_loc, p.stride_query_start_loc, mid) <= u) {
       lo = mid;
     } else {
       hi = mid;
     }
   }
-  const std::int64_t start = load_i32(p.query_start_loc, p.s_query_start_loc, lo);
+  const std::int64_t start = load_i32(p.query_start_loc, p.stride_query_start_loc, lo);
   const std::int64_t q = load_i32(b.query_lens, b.query_lens_stride, lo);
   const std::int64_t s = load_i32(b.seq_lens, b.seq_lens_stride, lo);
   info.req = lo;
@@ -219,9 +219,9 @@ __global__ void __launch_bounds__(kRowWarps * kWarp) rows_kernel(const __grid_co
   const std::int64_t j = static_cast<std::int64_t>(blockIdx.x) * kRowWarps + threadIdx.x / kWarp;
   const DeviceBatch& b = p.batch;
   if (j >= b.num_tokens) return;
-  const std::int64_t actual = p.counts[kNumActualTokens * p.s_counts];
-  const std::int64_t decode_tokens = p.counts[kNumDecodeTokens * p.s_counts];
-  const std::int64_t prefill_tokens = p.counts[kNumPrefillTokens * p.s_counts];
+  const std::int64_t actual = p.counts[kNumActualTokens * p.stride_counts];
+  const std::int64_t decode_tokens = p.counts[kNumDecodeTokens * p.stride_counts];
+  const std::int64_t prefill_tokens = p.counts[kNumPrefillTokens * p.stride_counts];
   const std::int64_t real_tokens = detail::min64(actual, b.num_tokens);
 
   const TokenInfo tok = locate_token(p, j, real_tokens);
@@ -231,25 +231,25 @@ __global__ void __launch_bounds__(kRowWarps * kWarp) rows_kernel(const __grid_co
   const detail::PageDivider swa_page(p.swa_page);
   const std::int64_t window_len = tok.valid ? detail::window_len(tok.pos, p.window) : 0;
   if (lane == 0) {
-    p.token_to_req[j * p.s_token_to_req] = static_cast<std::int32_t>(tok.req);
-    p.positions[j * p.s_positions] = tok.req < 0 ? 0 : tok.pos;
-    p.is_valid_token[j * p.s_is_valid_token] = tok.valid ? 1 : 0;
-    p.swa_slot_mapping[j * p.s_swa_slot_mapping] = tok.valid ? device_slot(swa, swa_page, tok.pos) : -1;
-    p.swa_lens[j * p.s_swa_lens] = static_cast<std::int32_t>(window_len);
+    p.token_to_req[j * p.stride_token_to_req] = static_cast<std::int32_t>(tok.req);
+    p.positions[j * p.stride_positions] = tok.req < 0 ? 0 : tok.pos;
+    p.is_valid_token[j * p.stride_is_valid_token] = tok.valid ? 1 : 0;
+    p.swa_slot_mapping[j * p.stride_swa_slot_mapping] = tok.valid ? device_slot(swa, swa_page, tok.pos) : -1;
+    p.swa_lens[j * p.stride_swa_lens] = static_cast<std::int32_t>(window_len);
     if (p.c4_slot_mapping != nullptr) {
-      p.c4_slot_mapping[j * p.s_c4_slot_mapping] =
+      p.c4_slot_mapping[j * p.stride_c4_slot_mapping] =
           tok.valid ? detail::compressed_slot_mapping(c4, 4, p.c4_block, tok.pos) : -1;
     }
     if (p.c128_slot_mapping != nullptr) {
-      p.c128_slot_mapping[j * p.s_c128_slot_mapping] =
+      p.c128_slot_mapping[j * p.stride_c128_slot_mapping] =
           tok.valid ? detail::compressed_slot_mapping(c128, 128, p.c128_block, tok.pos) : -1;
     }
   }
-  std::int32_t* window_row = p.swa_indices + j * p.s_swa_indices_t;
+  std::int32_t* window_row = p.swa_indices + j * p.stride_swa_indices_t;
   const std::int64_t window_first = tok.pos - window_len + 1;
   for (std::int64_t c = lane; c < p.window; c += kWarp) {
     const std::int32_t v = c < window_len ? as_index(device_slot(swa, swa_page, window_first + c)) : -1;
-    window_row[c * p.s_swa_indices_c] = v;
+    window_row[c * p.stride_swa_indices_c] = v;
   }
   if (p.c128a_decode_indices == nullptr) return;
 
@@ -259,18 +259,18 @@ __global__ void __launch_bounds__(kRowWarps * kWarp) rows_kernel(const __grid_co
   if (j < decode_tokens && tok.valid) {
     n = detail::min64(detail::max64(detail::visible_compressed(tok.pos, 128), 0), p.c128_active);
   }
-  std::int32_t* decode_row = p.c128a_decode_indices + j * p.s_c128a_decode_t;
+  std::int32_t* decode_row = p.c128a_decode_indices + j * p.stride_c128a_decode_t;
   for (std::int64_t c = lane; c < p.c128_width; c += kWarp) {
-    decode_row[c * p.s_c128a_decode_c] = c < n ? as_index(device_slot(c128, c128_page, c)) : -1;
+    decode_row[c * p.stride_c128a_decode_c] = c < n ? as_index(device_slot(c128, c128_page, c)) : -1;
   }
-  if (lane == 0) p.c128a_decode_lens[j * p.s_c128a_decode_lens] = static_cast<std::int32_t>(n);
+  if (lane == 0) p.c128a_decode_lens[j * p.stride_c128a_decode_lens] = static_cast<std::int32_t>(n);
 
   // C128A prefill rows: a prefill token j writes row j - T_dec (local entries, validity ignored as
   // on the host); row j is padding when no token in [0, T) owns it, i.e. j >= min(T_pre, T - T_dec).
   auto write_prefill_row = [&](std::int64_t row, std::int64_t local) {
-    std::int32_t* out = p.c128a_prefill_indices + row * p.s_c128a_prefill_t;
+    std::int32_t* out = p.c128a_prefill_indices + row * p.stride_c128a_prefill_t;
     for (std::int64_t c = lane; c < p.c128_width; c += kWarp) {
-      out[c * p.s_c128a_prefill_c] = c < local ? static_cast<std::int32_t>(c) : -1;
+      out[c * p.stride_c128a_prefill_c] = c < local ? static_cast<std::int32_t>(c) : -1;
     }
   };
   if (j >= decode_tokens && j - decode_tokens < prefill_tokens) {

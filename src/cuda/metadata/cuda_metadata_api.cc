@@ -243,40 +243,40 @@ Status cuda_build_step_metadata(const BatchDescription& batch, const StepConfig&
   p.c128_width = c128a_width(config);
   p.c128_active = config.c128a_active_width > 0 ? config.c128a_active_width : p.c128_width;
   p.query_start_loc = data_of<std::int32_t>(out.query_start_loc);
-  p.s_query_start_loc = out.query_start_loc.stride[0];
+  p.stride_query_start_loc = out.query_start_loc.stride[0];
   p.token_to_req = data_of<std::int32_t>(out.token_to_req);
-  p.s_token_to_req = out.token_to_req.stride[0];
+  p.stride_token_to_req = out.token_to_req.stride[0];
   p.positions = data_of<std::int64_t>(out.positions);
-  p.s_positions = out.positions.stride[0];
+  p.stride_positions = out.positions.stride[0];
   p.is_valid_token = data_of<std::uint8_t>(out.is_valid_token);
-  p.s_is_valid_token = out.is_valid_token.stride[0];
+  p.stride_is_valid_token = out.is_valid_token.stride[0];
   p.swa_slot_mapping = data_of<std::int64_t>(out.swa_slot_mapping);
-  p.s_swa_slot_mapping = out.swa_slot_mapping.stride[0];
+  p.stride_swa_slot_mapping = out.swa_slot_mapping.stride[0];
   p.swa_indices = data_of<std::int32_t>(out.swa_indices);
-  p.s_swa_indices_t = out.swa_indices.stride[0];
-  p.s_swa_indices_c = out.swa_indices.stride[1];
+  p.stride_swa_indices_t = out.swa_indices.stride[0];
+  p.stride_swa_indices_c = out.swa_indices.stride[1];
   p.swa_lens = data_of<std::int32_t>(out.swa_lens);
-  p.s_swa_lens = out.swa_lens.stride[0];
+  p.stride_swa_lens = out.swa_lens.stride[0];
   p.prefill_gather_lens = data_of<std::int32_t>(out.prefill_gather_lens);
-  p.s_prefill_gather_lens = out.prefill_gather_lens.stride[0];
+  p.stride_prefill_gather_lens = out.prefill_gather_lens.stride[0];
   if (batch.c4_block_table.present()) {
     p.c4_slot_mapping = data_of<std::int64_t>(out.c4_slot_mapping);
-    p.s_c4_slot_mapping = out.c4_slot_mapping.stride[0];
+    p.stride_c4_slot_mapping = out.c4_slot_mapping.stride[0];
   }
   if (batch.c128_block_table.present()) {
     p.c128_slot_mapping = data_of<std::int64_t>(out.c128_slot_mapping);
-    p.s_c128_slot_mapping = out.c128_slot_mapping.stride[0];
+    p.stride_c128_slot_mapping = out.c128_slot_mapping.stride[0];
     p.c128a_decode_indices = data_of<std::int32_t>(out.c128a_decode_indices);
-    p.s_c128a_decode_t = out.c128a_decode_indices.stride[0];
-    p.s_c128a_decode_c = out.c128a_decode_indices.stride[1];
+    p.stride_c128a_decode_t = out.c128a_decode_indices.stride[0];
+    p.stride_c128a_decode_c = out.c128a_decode_indices.stride[1];
     p.c128a_decode_lens = data_of<std::int32_t>(out.c128a_decode_lens);
-    p.s_c128a_decode_lens = out.c128a_decode_lens.stride[0];
+    p.stride_c128a_decode_lens = out.c128a_decode_lens.stride[0];
     p.c128a_prefill_indices = data_of<std::int32_t>(out.c128a_prefill_indices);
-    p.s_c128a_prefill_t = out.c128a_prefill_indices.stride[0];
-    p.s_c128a_prefill_c = out.c128a_prefill_indices.stride[1];
+    p.stride_c128a_prefill_t = out.c128a_prefill_indices.stride[0];
+    p.stride_c128a_prefill_c = out.c128a_prefill_indices.stride[1];
   }
   p.counts = data_of<std::int64_t>(counts);
-  p.s_counts = counts.stride[0];
+  p.stride_counts = counts.stride[0];
   return launched(cuda::launch_step_metadata(p, static_cast<cudaStream_t>(stream)), "cuda_build_step_metadata");
 }
 
@@ -300,21 +300,21 @@ Status cuda_c4a_global_topk_indices(const TensorView& local_topk, const TensorVi
 
   cuda::C4aGlobalParams p;
   p.local = data_of<const std::int32_t>(local_topk);
-  p.s_local_t = local_topk.stride[0];
-  p.s_local_k = local_topk.stride[1];
+  p.stride_local_t = local_topk.stride[0];
+  p.stride_local_k = local_topk.stride[1];
   p.token_to_req = data_of<const std::int32_t>(token_to_req);
-  p.s_token_to_req = token_to_req.stride[0];
+  p.stride_token_to_req = token_to_req.stride[0];
   if (is_valid_token.present()) {
     p.is_valid_token = data_of<const std::uint8_t>(is_valid_token);
-    p.s_is_valid_token = is_valid_token.stride[0];
+    p.stride_is_valid_token = is_valid_token.stride[0];
   }
   p.table = device_table(block_table);
   p.block_size = block_size;
   p.out = data_of<std::int32_t>(global_out);
-  p.s_out_t = global_out.stride[0];
-  p.s_out_k = global_out.stride[1];
+  p.stride_out_t = global_out.stride[0];
+  p.stride_out_k = global_out.stride[1];
   p.lens = data_of<std::int32_t>(lens_out);
-  p.s_lens = lens_out.stride[0];
+  p.stride_lens = lens_out.stride[0];
   p.num_rows = n;
   p.topk = k;
   return launched(cuda::launch_c4a_global(p, static_cast<cudaStream_t>(stream)), "cuda_c4a_global_topk_indices");
@@ -343,19 +343,19 @@ Status cuda_v32_request_to_global_indices(const TensorView& req_indices, const T
 
   cuda::V32GlobalParams p;
   p.req_indices = data_of<const std::int32_t>(req_indices);
-  p.s_in_t = req_indices.stride[0];
-  p.s_in_k = req_indices.stride[1];
+  p.stride_in_t = req_indices.stride[0];
+  p.stride_in_k = req_indices.stride[1];
   p.req_id = data_of<const std::int32_t>(req_id);
-  p.s_req_id = req_id.stride[0];
+  p.stride_req_id = req_id.stride[0];
   p.table = device_table(block_table);
   p.block_size = block_size;
   p.block_stride_rows = stride_rows;
   p.out = data_of<std::int32_t>(out);
-  p.s_out_t = out.stride[0];
-  p.s_out_k = out.stride[1];
+  p.stride_out_t = out.stride[0];
+  p.stride_out_k = out.stride[1];
   if (valid_counts.present()) {
     p.valid_counts = data_of<std::int32_t>(valid_counts);
-    p.s_valid_counts = valid_counts.stride[0];
+    p.stride_valid_counts = valid_counts.stride[0];
   }
   p.num_rows = n;
   p.topk = k;
@@ -382,8 +382,8 @@ Status cuda_mixed_sparse_indices(const BatchDescription& batch, const StepConfig
     p.group = b->c4;
     SMLA_RETURN_IF_ERROR(check_matrix(dev, c4a_local_topk, "c4a_local_topk", tokens, topk_width));
     p.local_topk = data_of<const std::int32_t>(c4a_local_topk);
-    p.s_local_t = c4a_local_topk.stride[0];
-    p.s_local_k = c4a_local_topk.stride[1];
+    p.stride_local_t = c4a_local_topk.stride[0];
+    p.stride_local_k = c4a_local_topk.stride[1];
   } else {
     if (c4a_local_topk.present()) {
       return invalid_argument("c4a_local_topk", "absent unless the layer is C4A", c4a_local_topk.describe());
@@ -412,9 +412,9 @@ Status cuda_mixed_sparse_indices(const BatchDescription& batch, const StepConfig
   p.packed_topk = packed_topk;
   p.c128_active = config.c128a_active_width > 0 ? config.c128a_active_width : topk_width;
   p.out = data_of<std::int32_t>(out_indices);
-  p.s_out_t = out_indices.stride[0];
+  p.stride_out_t = out_indices.stride[0];
   p.lens = data_of<std::int32_t>(out_lens);
-  p.s_lens = out_lens.stride[0];
+  p.stride_lens = out_lens.stride[0];
   return launched(cuda::launch_mixed_indices(p, static_cast<cudaStream_t>(stream)), "cuda_mixed_sparse_indices");
 }
 
@@ -448,17 +448,17 @@ Status cuda_dequantize_and_gather(const KvCacheView& cache, const TensorView& se
   p.num_pages = cache.num_pages();
   p.fp8_scale = cache.fp8_scale;
   p.seq_lens = data_of<const std::int32_t>(seq_lens);
-  p.s_seq_lens = seq_lens.stride[0];
+  p.stride_seq_lens = seq_lens.stride[0];
   if (gather_lens.present()) {
     p.gather_lens = data_of<const std::int32_t>(gather_lens);
-    p.s_gather_lens = gather_lens.stride[0];
+    p.stride_gather_lens = gather_lens.stride[0];
   }
   p.table = device_table(block_table);
   p.offset = offset;
   p.out = data_of<std::uint16_t>(out);
-  p.s_out_b = out.stride[0];
-  p.s_out_m = out.stride[1];
-  p.s_out_d = out.stride[2];
+  p.stride_out_b = out.stride[0];
+  p.stride_out_m = out.stride[1];
+  p.stride_out_d = out.stride[2];
   p.out_rows = out.shape[1];
   p.batch = batch;
   return launched(cuda::launch_dequantize_gather(cache.format, p, static_cast<cudaStream_t>(stream)),
@@ -503,18 +503,18 @@ Status cuda_combine_topk_swa_indices(const BatchDescription& batch, const StepCo
   p.ratio = compress_ratio;
   if (topk.present()) {
     p.topk = data_of<const std::int32_t>(topk);
-    p.s_topk_t = topk.stride[0];
-    p.s_topk_k = topk.stride[1];
+    p.stride_topk_t = topk.stride[0];
+    p.stride_topk_k = topk.stride[1];
   }
   p.topk_width = topk_width;
   p.compressed_rows = compressed_rows;
   p.workspace_rows = workspace_rows;
   p.out = data_of<std::int32_t>(out_indices);
-  p.s_out_t = out_indices.stride[0];
-  p.s_out_c = out_indices.stride[1];
+  p.stride_out_t = out_indices.stride[0];
+  p.stride_out_c = out_indices.stride[1];
   p.width = width;
   p.lens = data_of<std::int32_t>(out_lens);
-  p.s_lens = out_lens.stride[0];
+  p.stride_lens = out_lens.stride[0];
   return launched(cuda::launch_combine_indices(p, static_cast<cudaStream_t>(stream)), "cuda_combine_topk_swa_indices");
 }
 
@@ -575,11 +575,11 @@ Status cuda_gather_prefill_chunk(const BatchDescription& batch, const StepConfig
   };
   cuda::GatherParams p;
   p.seq_lens = b->seq_lens + chunk.req_begin * b->seq_lens_stride;
-  p.s_seq_lens = b->seq_lens_stride;
+  p.stride_seq_lens = b->seq_lens_stride;
   p.out = data_of<std::uint16_t>(out);
-  p.s_out_b = out.stride[0];
-  p.s_out_m = out.stride[1];
-  p.s_out_d = out.stride[2];
+  p.stride_out_b = out.stride[0];
+  p.stride_out_m = out.stride[1];
+  p.stride_out_d = out.stride[2];
   p.batch = reqs;
   auto set_cache = [&](const KvCacheView& cache) {
     p.pages = static_cast<const std::uint8_t*>(cache.pages.data);
@@ -602,7 +602,7 @@ Status cuda_gather_prefill_chunk(const BatchDescription& batch, const StepConfig
   p.table = shifted(batch.swa_block_table);
   p.seq_div = 1;
   p.query_lens = b->query_lens + chunk.req_begin * b->query_lens_stride;
-  p.s_query_lens = b->query_lens_stride;
+  p.stride_query_lens = b->query_lens_stride;
   p.window = config.window;
   p.offset = compressed_rows;
   p.out_rows = out.shape[1];

@@ -19,11 +19,11 @@ __global__ void __launch_bounds__(kGatherThreads) gather_kernel(const __grid_con
                                                                std::int64_t row_blocks) {
   const std::int64_t b = static_cast<std::int64_t>(blockIdx.x) / row_blocks;
   const std::int64_t i = (static_cast<std::int64_t>(blockIdx.x) % row_blocks) * kGatherThreads + threadIdx.x;
-  const std::int64_t seq_len = load_i32(p.seq_lens, p.s_seq_lens, b) / p.seq_div;
+  const std::int64_t seq_len = load_i32(p.seq_lens, p.stride_seq_lens, b) / p.seq_div;
   std::int64_t gather = seq_len;
-  if (p.gather_lens != nullptr) gather = load_i32(p.gather_lens, p.s_gather_lens, b);
+  if (p.gather_lens != nullptr) gather = load_i32(p.gather_lens, p.stride_gather_lens, b);
   if (p.query_lens != nullptr) {
-    gather = detail::prefill_gather_len(seq_len, load_i32(p.query_lens, p.s_query_lens, b), p.window);
+    gather = detail::prefill_gather_len(seq_len, load_i32(p.query_lens, p.stride_query_lens, b), p.window);
   }
   gather = detail::min64(detail::max64(gather, 0), detail::max64(seq_len, 0));
   gather = detail::min64(gather, p.out_rows - p.offset);
@@ -40,8 +40,8 @@ __global__ void __launch_bounds__(kGatherThreads) gather_kernel(const __grid_con
   } else {
     for (int d = 0; d < Format::kHeadDim; ++d) values[d] = 0.0f;
   }
-  std::uint16_t* dst = p.out + b * p.s_out_b + (p.offset + i) * p.s_out_m;
-  for (int d = 0; d < Format::kHeadDim; ++d) dst[d * p.s_out_d] = f32_to_bf16(values[d]);
+  std::uint16_t* dst = p.out + b * p.stride_out_b + (p.offset + i) * p.stride_out_m;
+  for (int d = 0; d < Format::kHeadDim; ++d) dst[d * p.stride_out_d] = f32_to_bf16(values[d]);
 }
 
 template <class Format>

@@ -22,15 +22,15 @@ __global__ void __launch_bounds__(kThreads) c4a_global_kernel(const __grid_const
   const std::int64_t t = warp_row();
   const int lane = static_cast<int>(threadIdx.x) % kWarp;
   if (t >= p.num_rows) return;
-  const detail::BlockTableRow row = device_table_row(p.table, load_i32(p.token_to_req, p.s_token_to_req, t));
+  const detail::BlockTableRow row = device_table_row(p.table, load_i32(p.token_to_req, p.stride_token_to_req, t));
   const detail::PageDivider page(p.block_size);
-  const std::int32_t* local = p.local + t * p.s_local_t;
-  auto local_at = [&](std::int64_t k) { return static_cast<std::int64_t>(local[k * p.s_local_k]); };
+  const std::int32_t* local = p.local + t * p.stride_local_t;
+  auto local_at = [&](std::int64_t k) { return static_cast<std::int64_t>(local[k * p.stride_local_k]); };
   const std::int32_t kept = warp_convert_compact(row, page, local_at, p.topk, detail::kMaxI32, p.topk,
-                                                 p.out + t * p.s_out_t, p.s_out_k, lane);
+                                                 p.out + t * p.stride_out_t, p.stride_out_k, lane);
   if (lane == 0) {
-    const bool valid = p.is_valid_token == nullptr || p.is_valid_token[t * p.s_is_valid_token] != 0;
-    p.lens[t * p.s_lens] = valid ? kept : 0;
+    const bool valid = p.is_valid_token == nullptr || p.is_valid_token[t * p.stride_is_valid_token] != 0;
+    p.lens[t * p.stride_lens] = valid ? kept : 0;
   }
 }
 
@@ -38,25 +38,25 @@ __global__ void __launch_bounds__(kThreads) v32_global_kernel(const __grid_const
   const std::int64_t t = warp_row();
   const int lane = static_cast<int>(threadIdx.x) % kWarp;
   if (t >= p.num_rows) return;
-  const detail::BlockTableRow row = device_table_row(p.table, load_i32(p.req_id, p.s_req_id, t));
+  const detail::BlockTableRow row = device_table_row(p.table, load_i32(p.req_id, p.stride_req_id, t));
   const detail::PageDivider page(p.block_size);
-  const std::int32_t* in = p.req_indices + t * p.s_in_t;
-  std::int32_t* out = p.out + t * p.s_out_t;
+  const std::int32_t* in = p.req_indices + t * p.stride_in_t;
+  std::int32_t* out = p.out + t * p.stride_out_t;
   int count = 0;
   for (std::int64_t base = 0; base < p.topk; base += kWarp) {
     const std::int64_t k = base + lane;
     std::int64_t global = -1;
     if (k < p.topk) {
-      const std::int64_t tok = in[k * p.s_in_k];
+      const std::int64_t tok = in[k * p.stride_in_k];
       const std::int64_t slot = device_slot(row, page, tok);
       // The padded block stride changes the slot, not which column is read.
       if (slot >= 0) global = page.div(slot) * p.block_stride_rows + (tok - page.div(tok) * p.block_size);
       if (global > detail::kMaxI32) global = -1;
-      out[k * p.s_out_k] = static_cast<std::int32_t>(global);
+      out[k * p.stride_out_k] = static_cast<std::int32_t>(global);
     }
     count += __popc(__ballot_sync(0xffffffffu, global >= 0));
   }
-  if (lane == 0 && p.valid_counts != nullptr) p.valid_counts[t * p.s_valid_counts] = count;
+  if (lane == 0 && p.valid_counts != nullptr) p.valid_counts[t * p.stride_valid_counts] = count;
 }
 
 // Rows [j0, j0 + kRowWarps) of the mixed layout. The block first finds each
@@ -73,7 +73,7 @@ __global__ void __launch_bounds__(kThreads) mixed_indices_kernel(const __grid_co
   const std::int64_t j = j0 + warp;
   if (j >= b.num_tokens) return;
   const std::int64_t width = p.window + p.packed_topk;
-  std::int32_t* out = p.out + j * p.s_out_t;
+  std::int32_t* out = p.out + j * p.stride_out_t;
   const std::int64_t req = row_req[warp];
   std::int64_t pos = -1;
   if (req >= 0) {
@@ -84,7 +84,7 @@ __global__ void __launch_bounds__(kThreads) mixed_indices_kernel(const __grid_co
   const bool valid = pos >= 0 && (b.token_valid == nullptr || b.token_valid[j * b.token_valid_stride] != 0);
   if (!valid) {
     for (std::int64_t c = lane; c < width; c += kWarp) out[c] = -1;
-    if (lane == 0) p.lens[j * p.s_lens] = 0;
+    if (lane == 0) p.lens[j * p.stride_lens] = 0;
     return;
   }
   const detail::BlockTableRow swa = device_table_row(b.swa, req);
@@ -99,8 +99,8 @@ __global__ void __launch_bounds__(kThreads) mixed_indices_kernel(const __grid_co
   const detail::BlockTableRow group = device_table_row(p.group, req);
   const detail::PageDivider group_page(p.group_block);
   if (p.ratio == 4) {
-    const std::int32_t* local = p.local_topk + j * p.s_local_t;
-    auto local_at = [&](std::int64_t k) { return static_cast<std::int64_t>(local[k * p.s_local_k]); };
+    const std::int32_t* local = p.local_topk + j * p.stride_local_t;
+    auto local_at = [&](std::int64_t k) { return static_cast<std::int64_t>(local[k * p.stride_local_k]); };
     kept = warp_convert_compact(group, group_page, local_at, detail::min64(visible, p.topk_width), visible,
                                 p.packed_topk, out + p.window, 1, lane);
   } else if (p.ratio == 128) {
@@ -108,7 +108,7 @@ __global__ void __launch_bounds__(kThreads) mixed_indices_kernel(const __grid_co
     kept = warp_convert_compact(group, group_page, local_at, detail::min64(visible, p.c128_active), visible,
                                 p.packed_topk, out + p.window, 1, lane);
   }
-  if (lane == 0) p.lens[j * p.s_lens] = static_cast<std::int32_t>(p.window + kept);
+  if (lane == 0) p.lens[j * p.stride_lens] = static_cast<std::int32_t>(p.window + kept);
 }
 
 // Rows of one prefill chunk's combined indices (spec 4.4), as write_combined_row.
@@ -123,7 +123,7 @@ __global__ void __launch_bounds__(kThreads) combine_indices_kernel(const __grid_
   const int warp = static_cast<int>(threadIdx.x) / kWarp;
   const std::int64_t j = j0 + warp;
   if (j >= p.rows) return;
-  std::int32_t* out = p.out + j * p.s_out_t;
+  std::int32_t* out = p.out + j * p.stride_out_t;
   const std::int64_t req = row_req[warp];
   std::int64_t pos = -1, seq_len = 0, query_len = 0;
   if (req >= 0) {
@@ -132,8 +132,8 @@ __global__ void __launch_bounds__(kThreads) combine_indices_kernel(const __grid_
     pos = detail::token_position(seq_len, query_len, j - row_start[warp]);
   }
   if (pos < 0) {
-    for (std::int64_t c = lane; c < p.width; c += kWarp) out[c * p.s_out_c] = -1;
-    if (lane == 0) p.lens[j * p.s_lens] = 0;
+    for (std::int64_t c = lane; c < p.width; c += kWarp) out[c * p.stride_out_c] = -1;
+    if (lane == 0) p.lens[j * p.stride_lens] = 0;
     return;
   }
   const std::int64_t base = (req - p.req_begin) * p.workspace_rows;
@@ -141,19 +141,19 @@ __global__ void __launch_bounds__(kThreads) combine_indices_kernel(const __grid_
   std::int64_t kept = 0;
   if (p.topk != nullptr) {
     const std::int64_t visible = detail::visible_compressed(pos, p.ratio);
-    const std::int32_t* topk = p.topk + j * p.s_topk_t;
+    const std::int32_t* topk = p.topk + j * p.stride_topk_t;
     auto value_at = [&](std::int64_t k) -> std::int64_t {
-      const std::int64_t l = topk[k * p.s_topk_k];
+      const std::int64_t l = topk[k * p.stride_topk_k];
       return l >= 0 && l < visible ? base + l : -1;
     };
-    kept = warp_compact(value_at, detail::min64(visible, p.topk_width), out, p.s_out_c, lane);
+    kept = warp_compact(value_at, detail::min64(visible, p.topk_width), out, p.stride_out_c, lane);
   }
   const std::int64_t swa_len = detail::window_len(pos, p.window);
   const std::int64_t first = base + p.compressed_rows + (pos - swa_len + 1 - gather_start);
   for (std::int64_t c = kept + lane; c < p.width; c += kWarp) {
-    out[c * p.s_out_c] = c < kept + swa_len ? static_cast<std::int32_t>(first + (c - kept)) : -1;
+    out[c * p.stride_out_c] = c < kept + swa_len ? static_cast<std::int32_t>(first + (c - kept)) : -1;
   }
-  if (lane == 0) p.lens[j * p.s_lens] = static_cast<std::int32_t>(kept + swa_len);
+  if (lane == 0) p.lens[j * p.stride_lens] = static_cast<std::int32_t>(kept + swa_len);
 }
 
 unsigned row_blocks(std::int64_t rows) { return static_cast<unsigned>(detail::cdiv(rows, kRowWarps)); }

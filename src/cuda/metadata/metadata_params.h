@@ -38,62 +38,62 @@ struct StepMetadataParams {
   std::int64_t c128_width = 0, c128_active = 0;
 
   std::int32_t* query_start_loc = nullptr;
-  std::int64_t s_query_start_loc = 1;
+  std::int64_t stride_query_start_loc = 1;
   std::int32_t* token_to_req = nullptr;
-  std::int64_t s_token_to_req = 1;
+  std::int64_t stride_token_to_req = 1;
   std::int64_t* positions = nullptr;
-  std::int64_t s_positions = 1;
+  std::int64_t stride_positions = 1;
   std::uint8_t* is_valid_token = nullptr;
-  std::int64_t s_is_valid_token = 1;
+  std::int64_t stride_is_valid_token = 1;
   std::int64_t* swa_slot_mapping = nullptr;
-  std::int64_t s_swa_slot_mapping = 1;
+  std::int64_t stride_swa_slot_mapping = 1;
   std::int32_t* swa_indices = nullptr;
-  std::int64_t s_swa_indices_t = 0, s_swa_indices_c = 1;
+  std::int64_t stride_swa_indices_t = 0, stride_swa_indices_c = 1;
   std::int32_t* swa_lens = nullptr;
-  std::int64_t s_swa_lens = 1;
+  std::int64_t stride_swa_lens = 1;
   std::int32_t* prefill_gather_lens = nullptr;
-  std::int64_t s_prefill_gather_lens = 1;
+  std::int64_t stride_prefill_gather_lens = 1;
   std::int64_t* c4_slot_mapping = nullptr;  // null without a ratio-4 table
-  std::int64_t s_c4_slot_mapping = 1;
+  std::int64_t stride_c4_slot_mapping = 1;
   std::int64_t* c128_slot_mapping = nullptr;  // the C128 fields are null without a ratio-128 table
-  std::int64_t s_c128_slot_mapping = 1;
+  std::int64_t stride_c128_slot_mapping = 1;
   std::int32_t* c128a_decode_indices = nullptr;
-  std::int64_t s_c128a_decode_t = 0, s_c128a_decode_c = 1;
+  std::int64_t stride_c128a_decode_t = 0, stride_c128a_decode_c = 1;
   std::int32_t* c128a_decode_lens = nullptr;
-  std::int64_t s_c128a_decode_lens = 1;
+  std::int64_t stride_c128a_decode_lens = 1;
   std::int32_t* c128a_prefill_indices = nullptr;
-  std::int64_t s_c128a_prefill_t = 0, s_c128a_prefill_c = 1;
+  std::int64_t stride_c128a_prefill_t = 0, stride_c128a_prefill_c = 1;
   std::int64_t* counts = nullptr;
-  std::int64_t s_counts = 1;
+  std::int64_t stride_counts = 1;
 };
 
 struct C4aGlobalParams {
   const std::int32_t* local = nullptr;
-  std::int64_t s_local_t = 0, s_local_k = 1;
+  std::int64_t stride_local_t = 0, stride_local_k = 1;
   const std::int32_t* token_to_req = nullptr;
-  std::int64_t s_token_to_req = 1;
+  std::int64_t stride_token_to_req = 1;
   const std::uint8_t* is_valid_token = nullptr;  // null = all valid
-  std::int64_t s_is_valid_token = 1;
+  std::int64_t stride_is_valid_token = 1;
   DeviceTable table;
   std::int64_t block_size = 1;
   std::int32_t* out = nullptr;
-  std::int64_t s_out_t = 0, s_out_k = 1;
+  std::int64_t stride_out_t = 0, stride_out_k = 1;
   std::int32_t* lens = nullptr;
-  std::int64_t s_lens = 1;
+  std::int64_t stride_lens = 1;
   std::int64_t num_rows = 0, topk = 0;
 };
 
 struct V32GlobalParams {
   const std::int32_t* req_indices = nullptr;
-  std::int64_t s_in_t = 0, s_in_k = 1;
+  std::int64_t stride_in_t = 0, stride_in_k = 1;
   const std::int32_t* req_id = nullptr;
-  std::int64_t s_req_id = 1;
+  std::int64_t stride_req_id = 1;
   DeviceTable table;
   std::int64_t block_size = 1, block_stride_rows = 1;
   std::int32_t* out = nullptr;
-  std::int64_t s_out_t = 0, s_out_k = 1;
+  std::int64_t stride_out_t = 0, stride_out_k = 1;
   std::int32_t* valid_counts = nullptr;  // null = not wanted
-  std::int64_t s_valid_counts = 1;
+  std::int64_t stride_valid_counts = 1;
   std::int64_t num_rows = 0, topk = 0;
 };
 
@@ -107,11 +107,11 @@ struct MixedIndicesParams {
   std::int64_t packed_topk = 0;       // PK = roundup4(topk_width)
   std::int64_t c128_active = 0;       // entries a C128A row may hold
   const std::int32_t* local_topk = nullptr;  // C4A only: [T, K]
-  std::int64_t s_local_t = 0, s_local_k = 1;
+  std::int64_t stride_local_t = 0, stride_local_k = 1;
   std::int32_t* out = nullptr;  // [T, W + PK], contiguous rows
-  std::int64_t s_out_t = 0;
+  std::int64_t stride_out_t = 0;
   std::int32_t* lens = nullptr;
-  std::int64_t s_lens = 1;
+  std::int64_t stride_lens = 1;
 };
 
 // Rows of one request a dequantize-and-gather block covers (one thread per row).
@@ -124,14 +124,14 @@ struct CombineParams {
   std::int64_t window = 0;
   int ratio = 1;
   const std::int32_t* topk = nullptr;  // [rows, topk_width] local entries; null for SWA-only
-  std::int64_t s_topk_t = 0, s_topk_k = 1;
+  std::int64_t stride_topk_t = 0, stride_topk_k = 1;
   std::int64_t topk_width = 0;
   std::int64_t compressed_rows = 0, workspace_rows = 0;  // N, M
   std::int32_t* out = nullptr;
-  std::int64_t s_out_t = 0, s_out_c = 1;
+  std::int64_t stride_out_t = 0, stride_out_c = 1;
   std::int64_t width = 0;  // combined_index_width
   std::int32_t* lens = nullptr;
-  std::int64_t s_lens = 1;
+  std::int64_t stride_lens = 1;
 };
 
 struct GatherParams {
@@ -139,17 +139,17 @@ struct GatherParams {
   std::int64_t page_stride_bytes = 0, page_size = 1, num_pages = 0;
   float fp8_scale = 1.0f;
   const std::int32_t* seq_lens = nullptr;
-  std::int64_t s_seq_lens = 1;
+  std::int64_t stride_seq_lens = 1;
   std::int64_t seq_div = 1;  // gathers entries of seq_len / seq_div (a compressed group)
   const std::int32_t* gather_lens = nullptr;  // null = gather whole seq_len
-  std::int64_t s_gather_lens = 1;
+  std::int64_t stride_gather_lens = 1;
   const std::int32_t* query_lens = nullptr;  // non-null: gather = prefill_gather_len(seq_len, q, window)
-  std::int64_t s_query_lens = 1;
+  std::int64_t stride_query_lens = 1;
   std::int64_t window = 0;
   DeviceTable table;
   std::int64_t offset = 0;
   std::uint16_t* out = nullptr;  // bf16 bits [B, M, head_dim]
-  std::int64_t s_out_b = 0, s_out_m = 0, s_out_d = 1;
+  std::int64_t stride_out_b = 0, stride_out_m = 0, stride_out_d = 1;
   std::int64_t out_rows = 0;  // M
   std::int64_t batch = 0;
 };
