@@ -135,6 +135,30 @@ __device__ __forceinline__ void store_bf16_pair(const SparseAttentionParams& p, 
   }
 }
 
+// A (token, head) row that attends nothing, written by one warp: a zero output
+// row, lse +inf ("nothing to attend"), max_logits -inf.
+__device__ __forceinline__ void write_unattended_row(const SparseAttentionParams& p, int token, int head, int lane) {
+  std::uint16_t* out = p.out + token * p.stride_out_t + head * p.stride_out_h;
+  for (int c = lane * 2; c < kValueDim; c += 64) store_bf16_pair(p, out + c, 0.0f, 0.0f);
+  if (lane == 0 && p.lse != nullptr) p.lse[token * p.stride_lse_t + head * p.stride_lse_h] = INFINITY;
+  if (lane == 0 && p.max_logits != nullptr) p.max_logits[token * p.stride_max_t + head * p.stride_max_h] = -INFINITY;
+}
+
+// The same for one split of a split row: its statistics say "nothing" (sum 0),
+// which the combine skips; the partial output is not written.
+__device__ __forceinline__ void write_empty_split_row(const SparseAttentionParams& p, int token, int head, int split,
+                                                      int lane) {
+  if (p.num_splits == 1) {
+    write_unattended_row(p, token, head, lane);
+    return;
+  }
+  if (lane != 0) return;
+  const std::int64_t plane = static_cast<std::int64_t>(p.num_tokens) * p.num_heads;
+  const std::int64_t at = split * plane + static_cast<std::int64_t>(token) * p.num_heads + head;
+  p.partial_sum[at] = 0.0f;
+  p.partial_max[at] = -INFINITY;
+}
+
 // The source a key reads (0: main, 1: extra), spelled as a choice between the two
 // members rather than an index into them.
 __device__ __forceinline__ const KvSourceParams& key_source(const SparseAttentionParams& p, int source) {
@@ -252,23 +276,7 @@ __global__ void __launch_bounds__(kAttentionThreads, attention_min_blocks_per_sm
 
   if (begin >= end) {  // nothing to attend in this split (uniform over the CTA)
     for (int row = tid / 32; row < kRows; row += Cfg::kWarps) {
-      if (!row_live(row)) continue;
-      const int token = row_token(row);
-      const int head = row_head(row);
-      const std::int64_t at = static_cast<std::int64_t>(token) * p.num_heads + head;
-      if (p.num_splits > 1) {
-        if (lane == 0) {
-          p.partial_sum[split * plane + at] = 0.0f;
-          p.partial_max[split * plane + at] = -INFINITY;
-        }
-      } else {
-        std::uint16_t* out = p.out + token * p.stride_out_t + head * p.stride_out_h;
-        for (int c = lane * 2; c < kValueDim; c += 64) store_bf16_pair(p, out + c, 0.0f, 0.0f);
-        if (lane == 0 && p.lse != nullptr) p.lse[token * p.stride_lse_t + head * p.stride_lse_h] = INFINITY;
-        if (lane == 0 && p.max_logits != nullptr) {
-          p.max_logits[token * p.stride_max_t + head * p.stride_max_h] = -INFINITY;
-        }
-      }
+      if (row_live(row)) write_empty_split_row(p, row_token(row), row_head(row), split, lane);
     }
     return;
   }

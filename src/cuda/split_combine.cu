@@ -45,9 +45,7 @@ __global__ void __launch_bounds__(kCombineWarps * 32) split_combine_kernel(const
   const unsigned live[2] = {__ballot_sync(kFullMask, l[0] != 0.0f), __ballot_sync(kFullMask, l[1] != 0.0f)};
   std::uint16_t* out = p.out + token * p.stride_out_t + head * p.stride_out_h;
   if ((live[0] | live[1]) == 0u) {  // no split attended anything
-    for (int c = lane * 2; c < kValueDim; c += 64) store_bf16_pair(p, out + c, 0.0f, 0.0f);
-    if (lane == 0 && p.lse != nullptr) p.lse[token * p.stride_lse_t + head * p.stride_lse_h] = INFINITY;
-    if (lane == 0 && p.max_logits != nullptr) p.max_logits[token * p.stride_max_t + head * p.stride_max_h] = -INFINITY;
+    write_unattended_row(p, token, head, lane);
     return;
   }
   // A NaN split's max may be -inf (fmaxf skips NaN scores): its NaN l still counts.

@@ -85,22 +85,8 @@ struct Sm90Layout {
 __device__ __forceinline__ void write_empty_split(const SparseAttentionParams& p, int token, int head0, int split) {
   const int warps = static_cast<int>(blockDim.x) / 32;
   const int lane = static_cast<int>(threadIdx.x) % 32;
-  const std::int64_t plane = static_cast<std::int64_t>(p.num_tokens) * p.num_heads;
-  for (int row = static_cast<int>(threadIdx.x) / 32; row < kRows; row += warps) {
-    const int head = head0 + row;
-    if (head >= p.num_heads) break;
-    const std::int64_t at = static_cast<std::int64_t>(token) * p.num_heads + head;
-    if (p.num_splits > 1) {
-      if (lane == 0) {
-        p.partial_sum[split * plane + at] = 0.0f;
-        p.partial_max[split * plane + at] = -INFINITY;
-      }
-      continue;
-    }
-    std::uint16_t* out = p.out + token * p.stride_out_t + head * p.stride_out_h;
-    for (int c = lane * 2; c < kValueDim; c += 64) store_bf16_pair(p, out + c, 0.0f, 0.0f);
-    if (lane == 0 && p.lse != nullptr) p.lse[token * p.stride_lse_t + head * p.stride_lse_h] = INFINITY;
-    if (lane == 0 && p.max_logits != nullptr) p.max_logits[token * p.stride_max_t + head * p.stride_max_h] = -INFINITY;
+  for (int row = static_cast<int>(threadIdx.x) / 32; row < kRows && head0 + row < p.num_heads; row += warps) {
+    write_empty_split_row(p, token, head0 + row, split, lane);
   }
 }
 
