@@ -61,6 +61,47 @@ Status c4a_global_topk_indices(const TensorView& local_topk, const TensorView& t
   return Status::Ok();
 }
 
+namespace {
+
+// The compressed group's block table for a layer of `type` (nullptr: window only),
+// after checking the layer's own arguments.
+Expected<const TensorView*> mixed_group_table(const BatchDescription& batch, LayerType type,
+                                              const TensorView& c4a_local_topk, std::int64_t tokens,
+                                              std::int64_t topk_width) {
+  if (type == LayerType::kC4A) {
+    if (!batch.c4_block_table.present()) {
+      return invalid_argument("batch.c4_block_table", "present for a C4A layer", "absent");
+    }
+    SMLA_RETURN_IF_ERROR(detail::check_host_view(c4a_local_topk, "c4a_local_topk", DType::kI32, 2));
+    SMLA_RETURN_IF_ERROR(detail::check_min_extent(c4a_local_topk, "c4a_local_topk", 0, tokens));
+    SMLA_RETURN_IF_ERROR(detail::check_extent(c4a_local_topk, "c4a_local_topk", 1, topk_width));
+    return &batch.c4_block_table;
+  }
+  if (c4a_local_topk.present()) {
+    return invalid_argument("c4a_local_topk", "absent unless the layer is C4A", c4a_local_topk.describe());
+  }
+  if (type != LayerType::kC128A) return static_cast<const TensorView*>(nullptr);
+  if (!batch.c128_block_table.present()) {
+    return invalid_argument("batch.c128_block_table", "present for a C128A layer", "absent");
+  }
+  return &batch.c128_block_table;
+}
+
+Status check_mixed_outputs(const TensorView& out_indices, const TensorView& out_lens, std::int64_t tokens,
+                           std::int64_t width) {
+  SMLA_RETURN_IF_ERROR(detail::check_host_view(out_indices, "out_indices", DType::kI32, 2));
+  SMLA_RETURN_IF_ERROR(detail::check_min_extent(out_indices, "out_indices", 0, tokens));
+  SMLA_RETURN_IF_ERROR(detail::check_extent(out_indices, "out_indices", 1, width));
+  if (out_indices.stride[0] % 4 != 0 || out_indices.stride[1] != 1) {
+    return invalid_argument("out_indices", "contiguous rows whose stride is a multiple of 4 elements (16 bytes)",
+                            out_indices.describe());
+  }
+  SMLA_RETURN_IF_ERROR(detail::check_host_view(out_lens, "out_lens", DType::kI32, 1));
+  return detail::check_min_extent(out_lens, "out_lens", 0, tokens);
+}
+
+}  // namespace
+
 Status mixed_sparse_indices(const BatchDescription& batch, const StepConfig& config, int compress_ratio,
                             const TensorView& c4a_local_topk, const TensorView& out_indices,
                             const TensorView& out_lens) {
@@ -72,35 +113,9 @@ Status mixed_sparse_indices(const BatchDescription& batch, const StepConfig& con
   const std::int64_t topk_width = compressed_topk_width(config, *type);
   const std::int64_t packed_topk = detail::roundup(topk_width, 4);
   const std::int64_t width = config.window + packed_topk;
-  const TensorView* group_table = nullptr;
-  if (*type == LayerType::kC4A) {
-    if (!batch.c4_block_table.present()) {
-      return invalid_argument("batch.c4_block_table", "present for a C4A layer", "absent");
-    }
-    group_table = &batch.c4_block_table;
-    SMLA_RETURN_IF_ERROR(detail::check_host_view(c4a_local_topk, "c4a_local_topk", DType::kI32, 2));
-    SMLA_RETURN_IF_ERROR(detail::check_min_extent(c4a_local_topk, "c4a_local_topk", 0, tokens));
-    SMLA_RETURN_IF_ERROR(detail::check_extent(c4a_local_topk, "c4a_local_topk", 1, topk_width));
-  } else {
-    if (c4a_local_topk.present()) {
-      return invalid_argument("c4a_local_topk", "absent unless the layer is C4A", c4a_local_topk.describe());
-    }
-    if (*type == LayerType::kC128A) {
-      if (!batch.c128_block_table.present()) {
-        return invalid_argument("batch.c128_block_table", "present for a C128A layer", "absent");
-      }
-      group_table = &batch.c128_block_table;
-    }
-  }
-  SMLA_RETURN_IF_ERROR(detail::check_host_view(out_indices, "out_indices", DType::kI32, 2));
-  SMLA_RETURN_IF_ERROR(detail::check_min_extent(out_indices, "out_indices", 0, tokens));
-  SMLA_RETURN_IF_ERROR(detail::check_extent(out_indices, "out_indices", 1, width));
-  if (out_indices.stride[0] % 4 != 0 || out_indices.stride[1] != 1) {
-    return invalid_argument("out_indices", "contiguous rows whose stride is a multiple of 4 elements (16 bytes)",
-                            out_indices.describe());
-  }
-  SMLA_RETURN_IF_ERROR(detail::check_host_view(out_lens, "out_lens", DType::kI32, 1));
-  SMLA_RETURN_IF_ERROR(detail::check_min_extent(out_lens, "out_lens", 0, tokens));
+  Expected<const TensorView*> group_table = mixed_group_table(batch, *type, c4a_local_topk, tokens, topk_width);
+  if (!group_table) return group_table.status();
+  SMLA_RETURN_IF_ERROR(check_mixed_outputs(out_indices, out_lens, tokens, width));
 
   const std::int64_t group_block = compressed_block_size(config, compress_ratio);
   const std::int64_t c128_active = config.c128a_active_width > 0 ? config.c128a_active_width : topk_width;
@@ -115,7 +130,8 @@ Status mixed_sparse_indices(const BatchDescription& batch, const StepConfig& con
     const std::int64_t q = at1<const std::int32_t>(batch.query_lens, r);
     const std::int64_t s = at1<const std::int32_t>(batch.seq_lens, r);
     const detail::BlockTableRow swa = detail::table_row(batch.swa_block_table, r);
-    const detail::BlockTableRow group = group_table ? detail::table_row(*group_table, r) : detail::BlockTableRow{};
+    const detail::BlockTableRow group =
+        *group_table != nullptr ? detail::table_row(**group_table, r) : detail::BlockTableRow{};
     for (std::int64_t i = 0; i < q; ++i, ++t) {
       std::int32_t* row = row_ptr<std::int32_t>(out_indices, t);
       const bool valid = !batch.token_valid.present() || at1<const std::uint8_t>(batch.token_valid, t) != 0;

@@ -55,16 +55,9 @@ Status check_group_table(const TensorView& table, std::string_view name, const S
   return Status::Ok();
 }
 
-}  // namespace
-
-Expected<StepCounts> describe_step(const BatchDescription& batch, const StepConfig& config) {
-  SMLA_RETURN_IF_ERROR(validate_step_config(config));
-  SMLA_RETURN_IF_ERROR(check_host_view(batch.query_lens, "batch.query_lens", DType::kI32, 1));
-  SMLA_RETURN_IF_ERROR(check_host_view(batch.seq_lens, "batch.seq_lens", DType::kI32, 1));
-  StepCounts c;
-  c.num_reqs = batch.query_lens.shape[0];
-  SMLA_RETURN_IF_ERROR(check_extent(batch.seq_lens, "batch.seq_lens", 0, c.num_reqs));
-
+// The per-request counts of `c` (num_reqs set) from the lengths, checking each
+// request: lengths in range, the token budget, decode-first order.
+Status count_requests(const BatchDescription& batch, const StepConfig& config, StepCounts& c) {
   const std::int64_t threshold = config.decode_threshold();
   std::int64_t first_prefill = -1;
   for (std::int64_t r = 0; r < c.num_reqs; ++r) {
@@ -107,18 +100,11 @@ Expected<StepCounts> describe_step(const BatchDescription& batch, const StepConf
   }
   c.num_decodes = first_prefill < 0 ? c.num_reqs : first_prefill;
   c.num_prefills = c.num_reqs - c.num_decodes;
-  c.num_tokens = batch.num_tokens < 0 ? c.num_actual_tokens : batch.num_tokens;
-  if (batch.num_tokens < -1 || c.num_tokens < c.num_actual_tokens || c.num_tokens > config.max_num_batched_tokens) {
-    return out_of_range("batch.num_tokens",
-                        fmt::format("-1 or a value in [sum(query_lens) = {}, max_num_batched_tokens = {}]",
-                                    c.num_actual_tokens, config.max_num_batched_tokens),
-                        std::to_string(batch.num_tokens));
-  }
-  if (batch.token_valid.present()) {
-    SMLA_RETURN_IF_ERROR(check_host_view(batch.token_valid, "batch.token_valid", DType::kU8, 1));
-    SMLA_RETURN_IF_ERROR(check_extent(batch.token_valid, "batch.token_valid", 0, c.num_tokens));
-  }
+  return Status::Ok();
+}
 
+// The three block tables: every block id a request's positions reach this step.
+Status check_step_tables(const BatchDescription& batch, const StepConfig& config, const StepCounts& c) {
   // Sliding-window table: the window of the first query token (= the prefill
   // gather start) up to the last position.
   SMLA_RETURN_IF_ERROR(check_block_table(batch.swa_block_table, "batch.swa_block_table", c.num_reqs));
@@ -138,6 +124,31 @@ Expected<StepCounts> describe_step(const BatchDescription& batch, const StepConf
     SMLA_RETURN_IF_ERROR(check_group_table(batch.c128_block_table, "batch.c128_block_table", config, 128, c.num_reqs,
                                            batch.query_lens, batch.seq_lens));
   }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Expected<StepCounts> describe_step(const BatchDescription& batch, const StepConfig& config) {
+  SMLA_RETURN_IF_ERROR(validate_step_config(config));
+  SMLA_RETURN_IF_ERROR(check_host_view(batch.query_lens, "batch.query_lens", DType::kI32, 1));
+  SMLA_RETURN_IF_ERROR(check_host_view(batch.seq_lens, "batch.seq_lens", DType::kI32, 1));
+  StepCounts c;
+  c.num_reqs = batch.query_lens.shape[0];
+  SMLA_RETURN_IF_ERROR(check_extent(batch.seq_lens, "batch.seq_lens", 0, c.num_reqs));
+  SMLA_RETURN_IF_ERROR(count_requests(batch, config, c));
+  c.num_tokens = batch.num_tokens < 0 ? c.num_actual_tokens : batch.num_tokens;
+  if (batch.num_tokens < -1 || c.num_tokens < c.num_actual_tokens || c.num_tokens > config.max_num_batched_tokens) {
+    return out_of_range("batch.num_tokens",
+                        fmt::format("-1 or a value in [sum(query_lens) = {}, max_num_batched_tokens = {}]",
+                                    c.num_actual_tokens, config.max_num_batched_tokens),
+                        std::to_string(batch.num_tokens));
+  }
+  if (batch.token_valid.present()) {
+    SMLA_RETURN_IF_ERROR(check_host_view(batch.token_valid, "batch.token_valid", DType::kU8, 1));
+    SMLA_RETURN_IF_ERROR(check_extent(batch.token_valid, "batch.token_valid", 0, c.num_tokens));
+  }
+  SMLA_RETURN_IF_ERROR(check_step_tables(batch, config, c));
   return c;
 }
 
