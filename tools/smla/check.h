@@ -10,7 +10,7 @@
 #pragma once
 
 #include "smla/tensor.h"
-#include "testkit/compare.h"
+#include "testkit/testkit.h"
 
 namespace smla::cli {
 

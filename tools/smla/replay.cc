@@ -9,8 +9,7 @@
 #include <system_error>
 
 #include "smla/numeric.h"
-#include "testkit/compare.h"
-#include "testkit/host_tensor.h"
+#include "testkit/testkit.h"
 #include "tools/smla/check.h"
 #include "tools/smla/input_files.h"
 #include "tools/smla/npy.h"

@@ -9,7 +9,7 @@
 #include "smla/attention.h"
 #include "smla/backend.h"
 #include "smla/status.h"
-#include "testkit/compare.h"
+#include "testkit/testkit.h"
 #include "tools/smla/manifest.h"
 
 namespace smla::cli {

@@ -5,7 +5,7 @@
 #include <chrono>
 #include <optional>
 
-#include "testkit/host_tensor.h"
+#include "testkit/testkit.h"
 
 #if defined(SMLA_HAS_CUDA)
 #include <cuda_runtime_api.h>
