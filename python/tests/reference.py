@@ -40,6 +40,13 @@ def page_bytes_of(pages):
     return np.lib.stride_tricks.as_strided(pages, (pages.shape[0], stride), (stride, 1))
 
 
+def padded_pages(pages):
+    """[num_pages, page stride in elements] view of a cache's pages, padding included: a copy of it
+    carries the pages to another device with their page stride (pages.strides) intact."""
+    stride = pages.strides[0] // pages.itemsize
+    return np.lib.stride_tricks.as_strided(pages, (pages.shape[0], stride), (pages.strides[0], pages.itemsize))
+
+
 def decode_rows(pages, fmt, slots, fp8_scale=1.0):
     """Rows [n, head_dim] float64 of the given slots (all must be valid)."""
     page_size = pages.shape[1]

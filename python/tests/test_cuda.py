@@ -13,7 +13,7 @@ import smla  # noqa: E402
 import smla.torch as smla_torch  # noqa: E402
 from cases import decode_case, decode_kwargs, prefill_case  # noqa: E402
 from conftest import cuda_available  # noqa: E402
-from reference import assert_close, bf16_bits_to_f64  # noqa: E402
+from reference import assert_close, bf16_bits_to_f64, padded_pages  # noqa: E402
 from torch_util import bf16_to_numpy_bits, to_torch  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not cuda_available(), reason="no CUDA device (or smla built without CUDA)")
@@ -148,10 +148,8 @@ def test_cupy_arrays_through_dlpack_on_a_caller_stream(rng):
 
     def dev_cache(cache):  # the same bytes and strides on the device: pages keep their padded stride
         pages = cache.pages
-        flat = np.lib.stride_tricks.as_strided(pages, (pages.shape[0], pages.strides[0] // pages.itemsize),
-                                               (pages.strides[0], pages.itemsize))
-        base = cupy.asarray(np.ascontiguousarray(flat))
-        return smla.KvCache(cupy.lib.stride_tricks.as_strided(base, pages.shape, pages.strides), cache.format)
+        return smla.KvCache(cupy.lib.stride_tricks.as_strided(dev(padded_pages(pages)), pages.shape, pages.strides),
+                            cache.format)
 
     q, idx = dev(case["q"]), dev(case["main_indices"])  # bf16 as uint16 bits
     main, extra = dev_cache(case["main_cache"]), dev_cache(case["extra_cache"])

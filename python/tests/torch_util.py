@@ -4,6 +4,7 @@ import numpy as np
 import torch
 
 import smla
+from reference import padded_pages
 
 
 def to_torch(value, device="cpu"):
@@ -11,8 +12,7 @@ def to_torch(value, device="cpu"):
         return None
     if isinstance(value, smla.KvCache):
         pages = value.pages
-        flat = np.lib.stride_tricks.as_strided(pages, (pages.shape[0], pages.strides[0] // pages.itemsize),
-                                               (pages.strides[0], pages.itemsize))
+        flat = padded_pages(pages)
         strides = tuple(s // pages.itemsize for s in pages.strides)
         if pages.dtype == np.uint16:
             base = torch.from_numpy(flat.astype(np.int16)).view(torch.bfloat16).to(device)

@@ -400,7 +400,7 @@ void FinishHeads(const AttentionParams& p, std::int64_t token, std::int64_t head
     for (int i = 0; i < p.d_v; ++i) out[i] = f32_to_bf16(empty ? 0.0f : o[i] * inv_denominator);
     if (p.lse != nullptr) p.lse[token * p.stride_lse_t + head * p.stride_lse_h] = lse;
     if (p.max_logits != nullptr) {
-      p.max_logits[token * p.stride_max_logits_token + head * p.stride_max_logits_head] = max_logit;
+      p.max_logits[token * p.stride_max_t + head * p.stride_max_h] = max_logit;
     }
   }
 }
@@ -431,7 +431,8 @@ void Attend(const AttentionParams& p, std::int64_t token, std::int64_t head_begi
       const int tile_heads = static_cast<int>(std::min<std::int64_t>(kHeadTile, heads - h));
       LoadQueries(p, token, head_begin + h, tile_heads, row_len, q_tile);
       WithHeadTile(tile_heads, [&](auto ht) { QkHeads<decltype(ht)::value>(q_tile, row_len, k_tile, keys, scores); });
-      SoftmaxChunk(scores, tile_heads, keys, p.softmax_scale, scratch.running_max.data() + h, scratch.running_sum.data() + h, alpha);
+      SoftmaxChunk(scores, tile_heads, keys, p.softmax_scale, scratch.running_max.data() + h,
+                   scratch.running_sum.data() + h, alpha);
       WithHeadTile(tile_heads, [&](auto ht) {
         PvHeads<decltype(ht)::value>(scores, keys, k_tile, row_len, acc + h * acc_len, acc_len, alpha);
       });

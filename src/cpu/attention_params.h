@@ -57,8 +57,8 @@ struct AttentionParams {
   std::int64_t stride_lse_t = 0;
   std::int64_t stride_lse_h = 0;
   float* max_logits = nullptr;  // [T, h_q], may be nullptr; -inf for empty rows
-  std::int64_t stride_max_logits_token = 0;
-  std::int64_t stride_max_logits_head = 0;
+  std::int64_t stride_max_t = 0;
+  std::int64_t stride_max_h = 0;
 };
 
 // Computes heads [head_begin, head_end) of query token `token` with the best

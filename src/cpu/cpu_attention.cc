@@ -131,8 +131,8 @@ Status sparse_prefill(const SparsePrefillArgs& args, const detail::PrefillShape&
   set_outputs(&p, args.q, args.sink, args.out, args.lse);
   if (args.max_logits.present()) {
     p.max_logits = args.max_logits.ptr<float>();
-    p.stride_max_logits_token = args.max_logits.stride[0];
-    p.stride_max_logits_head = args.max_logits.stride[1];
+    p.stride_max_t = args.max_logits.stride[0];
+    p.stride_max_h = args.max_logits.stride[1];
   }
   KeySetParams& set = p.sets[0];
   set.indices = args.indices.ptr<const std::int32_t>();

@@ -10,6 +10,7 @@
 #include <string_view>
 #include <tuple>
 
+#include "src/cuda/current_device.h"
 #include "src/cuda/pack_union.h"
 #include "src/cuda/sparse_attention_params.h"
 
@@ -19,6 +20,7 @@ namespace {
 constexpr std::size_t kWorkspaceAlign = 256;
 
 struct DeviceInfo {
+  int ordinal = 0;
   int sm_count = 0;
   int smem_optin = 0;
   int cc_major = 0;
@@ -31,14 +33,15 @@ Status cuda_failure(const char* what, cudaError_t error) {
 Expected<DeviceInfo> current_device_info() {
   static std::mutex mutex;
   static std::array<DeviceInfo, 64> cache{};
-  int device = 0;
-  cudaError_t error = cudaGetDevice(&device);
-  if (error != cudaSuccess) return cuda_failure("cudaGetDevice", error);
+  const Expected<int> current = current_device();
+  if (!current) return current.status();
+  const int device = *current;
   if (device < 0 || device >= static_cast<int>(cache.size())) return unimplemented("cuda: device ordinal above 63");
   std::lock_guard<std::mutex> lock(mutex);
   DeviceInfo& info = cache[static_cast<std::size_t>(device)];
   if (info.sm_count == 0) {
-    error = cudaDeviceGetAttribute(&info.sm_count, cudaDevAttrMultiProcessorCount, device);
+    info.ordinal = device;
+    cudaError_t error = cudaDeviceGetAttribute(&info.sm_count, cudaDevAttrMultiProcessorCount, device);
     if (error == cudaSuccess) error = cudaDeviceGetAttribute(&info.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
     if (error == cudaSuccess) error = cudaDeviceGetAttribute(&info.cc_major, cudaDevAttrComputeCapabilityMajor, device);
     if (error != cudaSuccess) {
@@ -62,13 +65,10 @@ struct RingChoice {
 // shared memories (sm89, sm120): it issues the next tile where two stages would,
 // with one buffer. Depends only on the device and the kernel variant, so it is
 // computed once per pair.
-Expected<RingChoice> choose_ring(const AttentionVariant& variant, LoaderKind kind, int smem_optin) {
+Expected<RingChoice> choose_ring(const AttentionVariant& variant, LoaderKind kind, const DeviceInfo& device) {
   static std::mutex mutex;
   static std::map<std::tuple<int, int, int, int>, RingChoice> cache;  // the sm90 and portable 64-row variants differ in smem
-  int device = 0;
-  cudaError_t error = cudaGetDevice(&device);
-  if (error != cudaSuccess) return cuda_failure("cudaGetDevice", error);
-  const auto key = std::make_tuple(device, static_cast<int>(kind), variant.rows, variant.fixed_smem_bytes);
+  const auto key = std::make_tuple(device.ordinal, static_cast<int>(kind), variant.rows, variant.fixed_smem_bytes);
   std::lock_guard<std::mutex> lock(mutex);
   if (auto found = cache.find(key); found != cache.end()) return found->second;
   RingChoice best;
@@ -78,9 +78,9 @@ Expected<RingChoice> choose_ring(const AttentionVariant& variant, LoaderKind kin
   for (int k_buffers = 1; k_buffers <= 2; ++k_buffers) {
     for (int stages = 1; stages <= kMaxKvStages; ++stages) {
       const int smem = variant.smem_bytes(stages, k_buffers);
-      if (smem > smem_optin) break;
+      if (smem > device.smem_optin) break;
       int blocks = 0;
-      error = variant.blocks_per_sm(smem, &blocks);
+      const cudaError_t error = variant.blocks_per_sm(smem, &blocks);
       if (error != cudaSuccess) return cuda_failure("occupancy query", error);
       const RingChoice candidate{stages, k_buffers, blocks};
       if (rank(candidate) > rank(best)) best = candidate;
@@ -185,7 +185,7 @@ Expected<AttentionPlan> plan_attention(LoaderKind kind, std::int64_t num_tokens,
                                        plan.variant.smem_bytes(1, 1), device->smem_optin));
     }
   }
-  auto ring = choose_ring(plan.variant, kind, device->smem_optin);
+  auto ring = choose_ring(plan.variant, kind, *device);
   if (!ring) return ring.status();
   plan.kv_stages = ring->stages;
   plan.k_buffers = ring->k_buffers;

@@ -85,18 +85,23 @@ inline void copy_to_host(const DeviceView& device, const TensorView& host) {
              "copy to host");
 }
 
-// Every tensor of a decode call on the device; outputs start as copies of the
-// host outputs (poisoned by the testkit) so unwritten elements show.
-struct DeviceDecodeArgs {
+// Device copies that live as long as the call's arguments that point at them.
+struct DeviceViews {
   std::vector<std::unique_ptr<DeviceView>> views;
-  SparseDecodeArgs args;
-  DeviceView* out = nullptr;
-  DeviceView* lse = nullptr;
 
   TensorView put(const TensorView& host) {
     views.push_back(std::make_unique<DeviceView>(copy_to_device(host)));
     return views.back()->view;
   }
+};
+
+// Every tensor of a decode call on the device; outputs start as copies of the
+// host outputs (poisoned by the testkit) so unwritten elements show.
+struct DeviceDecodeArgs : DeviceViews {
+  SparseDecodeArgs args;
+  DeviceView* out = nullptr;
+  DeviceView* lse = nullptr;
+
   explicit DeviceDecodeArgs(const SparseDecodeArgs& host) : args(host) {
     args.q = put(host.q);
     args.main_cache.pages = put(host.main_cache.pages);
@@ -117,17 +122,12 @@ struct DeviceDecodeArgs {
   }
 };
 
-struct DevicePrefillArgs {
-  std::vector<std::unique_ptr<DeviceView>> views;
+struct DevicePrefillArgs : DeviceViews {
   SparsePrefillArgs args;
   DeviceView* out = nullptr;
   DeviceView* max_logits = nullptr;
   DeviceView* lse = nullptr;
 
-  TensorView put(const TensorView& host) {
-    views.push_back(std::make_unique<DeviceView>(copy_to_device(host)));
-    return views.back()->view;
-  }
   explicit DevicePrefillArgs(const SparsePrefillArgs& host) : args(host) {
     args.q = put(host.q);
     args.kv = put(host.kv);

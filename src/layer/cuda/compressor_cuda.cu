@@ -199,7 +199,7 @@ Status validate(const CompressorArgs& args) {
   if (args.state_cache.shape[1] < 1) {
     return invalid_argument("state_cache", "block_size >= 1", args.state_cache.shape_string());
   }
-  SMLA_RETURN_IF_ERROR(layer_detail::check_block_table(args.state_block_table, "state_block_table", DeviceKind::kCuda));
+  SMLA_RETURN_IF_ERROR(check_block_table(args.state_block_table, "state_block_table", kCuda));
   SMLA_RETURN_IF_ERROR(check_index_vector(args.state_slot_mapping, "state_slot_mapping", tokens, kCuda));
   SMLA_RETURN_IF_ERROR(check_index_vector(args.compressed_slot_mapping, "compressed_slot_mapping", tokens, kCuda));
   if (args.kv_cache) {
@@ -212,15 +212,15 @@ Status validate(const CompressorArgs& args) {
   }
   const TensorView& destination = args.kv_cache ? args.kv_cache->pages : args.index_cache->pages;
   return layer_cuda::check_on_current_device({{&args.kv_score, "kv_score"},
-                                           {&args.ape, "ape"},
-                                           {&args.norm_weight, "norm_weight"},
-                                           {&args.positions, "positions"},
-                                           {&args.token_to_request, "token_to_request"},
-                                           {&args.state_cache, "state_cache"},
-                                           {&args.state_block_table, "state_block_table"},
-                                           {&args.state_slot_mapping, "state_slot_mapping"},
-                                           {&args.compressed_slot_mapping, "compressed_slot_mapping"},
-                                           {&destination, args.kv_cache ? "kv_cache" : "index_cache"}});
+                                              {&args.ape, "ape"},
+                                              {&args.norm_weight, "norm_weight"},
+                                              {&args.positions, "positions"},
+                                              {&args.token_to_request, "token_to_request"},
+                                              {&args.state_cache, "state_cache"},
+                                              {&args.state_block_table, "state_block_table"},
+                                              {&args.state_slot_mapping, "state_slot_mapping"},
+                                              {&args.compressed_slot_mapping, "compressed_slot_mapping"},
+                                              {&destination, args.kv_cache ? "kv_cache" : "index_cache"}});
 }
 
 }  // namespace

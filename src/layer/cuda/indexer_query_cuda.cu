@@ -81,10 +81,10 @@ Status validate(const IndexerQueryArgs& args) {
                             args.q.shape_string());
   }
   return layer_cuda::check_on_current_device({{&args.q, "q"},
-                                           {&args.weights, "weights"},
-                                           {&args.positions, "positions"},
-                                           {&args.q_fp8, "q_fp8"},
-                                           {&args.head_weights, "head_weights"}});
+                                              {&args.weights, "weights"},
+                                              {&args.positions, "positions"},
+                                              {&args.q_fp8, "q_fp8"},
+                                              {&args.head_weights, "head_weights"}});
 }
 
 }  // namespace

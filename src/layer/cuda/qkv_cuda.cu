@@ -140,10 +140,10 @@ Status validate_kv(const KvPrepArgs& args) {
   }
   if (tokens > layer_cuda::kMaxGridX) return invalid_argument("kv", "at most 2^31-1 tokens", std::to_string(tokens));
   return layer_cuda::check_on_current_device({{&args.kv, "kv"},
-                                           {&args.positions, "positions"},
-                                           {&args.slot_mapping, "slot_mapping"},
-                                           {&args.cache.pages, "cache"},
-                                           {&args.rotated, "rotated"}});
+                                              {&args.positions, "positions"},
+                                              {&args.slot_mapping, "slot_mapping"},
+                                              {&args.cache.pages, "cache"},
+                                              {&args.rotated, "rotated"}});
 }
 
 }  // namespace
