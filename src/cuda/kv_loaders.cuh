@@ -24,6 +24,30 @@ __device__ __forceinline__ const std::uint8_t* page_base(const KvSourceParams& s
   return src.pages + static_cast<std::int64_t>(page) * src.page_stride_bytes;
 }
 
+// A plain-row source's row of `slot` (rows row_stride_bytes apart within a page).
+__device__ __forceinline__ const std::uint8_t* plain_row(const KvSourceParams& src, std::uint32_t slot) {
+  std::uint32_t entry = 0;
+  const std::uint8_t* page = page_base(src, slot, &entry);
+  return page + static_cast<std::int64_t>(entry) * src.row_stride_bytes;
+}
+
+// The first kBytes (a multiple of 16) of `row` into `raw`, 16 bytes a cp.async:
+// chunks part, part + kParts, ... of a key's kParts threads.
+template <int kBytes, int kParts>
+__device__ __forceinline__ void copy_row_async(std::uint8_t* raw, const std::uint8_t* row, int part) {
+  static_assert(kBytes % 16 == 0);
+  for (int chunk = part; chunk < kBytes / 16; chunk += kParts) cp_async_16(raw + 16 * chunk, row + 16 * chunk);
+}
+
+// The issue step of the loaders of plain rows (kBytes each, row_stride_bytes apart in a page).
+template <int kBytes>
+struct PlainRowIssue {
+  template <int kParts>
+  __device__ static void issue(std::uint8_t* raw, const KvSourceParams& src, std::uint32_t slot, int part) {
+    copy_row_async<kBytes, kParts>(raw, plain_row(src, slot), part);
+  }
+};
+
 // Four e4m3 codes (one 32-bit word) as f32 pairs: exact (every e4m3 value is an f16 normal).
 __device__ __forceinline__ void e4m3x4_to_f32(std::uint32_t codes, float2* lo, float2* hi) {
   const auto low_pair = static_cast<__nv_fp8x2_storage_t>(codes & 0xFFFFu);
@@ -118,10 +142,7 @@ struct V4Fp8Loader {
   __device__ static void issue(std::uint8_t* raw, const KvSourceParams& src, std::uint32_t slot, int part) {
     std::uint32_t entry = 0;
     const std::uint8_t* page = page_base(src, slot, &entry);
-    const std::uint8_t* data = page + Format::nope_offset(entry, src.page_size);
-    for (int chunk = part; chunk < Format::kDataBytes / 16; chunk += kParts) {
-      cp_async_16(raw + 16 * chunk, data + 16 * chunk);
-    }
+    copy_row_async<Format::kDataBytes, kParts>(raw, page + Format::nope_offset(entry, src.page_size), part);
     if (part == kParts - 1) cp_async_8(raw + kScaleStage, page + Format::scale_offset(entry, src.page_size));
   }
 
@@ -150,9 +171,7 @@ struct V32Fp8Loader {
   __device__ static void issue(std::uint8_t* raw, const KvSourceParams& src, std::uint32_t slot, int part) {
     std::uint32_t entry = 0;
     const std::uint8_t* row = page_base(src, slot, &entry) + Format::nope_offset(entry, src.page_size);
-    for (int chunk = part; chunk < Format::kBytesPerToken / 16; chunk += kParts) {
-      cp_async_16(raw + 16 * chunk, row + 16 * chunk);
-    }
+    copy_row_async<Format::kBytesPerToken, kParts>(raw, row, part);
   }
 
   template <int kParts>
@@ -172,19 +191,9 @@ struct V32Fp8Loader {
 // Plain bf16 rows of kDim values (the bf16 paged format, and the flat prefill
 // workspace viewed as one page with its own row stride).
 template <int kDim>
-struct Bf16RowLoader {
+struct Bf16RowLoader : PlainRowIssue<kDim * 2> {
   static constexpr int kHeadDim = kDim;
   static constexpr int kRawStride = kDim * 2;
-  static_assert(kRawStride % 16 == 0);
-
-  template <int kParts>
-  __device__ static void issue(std::uint8_t* raw, const KvSourceParams& src, std::uint32_t slot, int part) {
-    std::uint32_t entry = 0;
-    const std::uint8_t* row = page_base(src, slot, &entry) + static_cast<std::int64_t>(entry) * src.row_stride_bytes;
-    for (int chunk = part; chunk < kRawStride / 16; chunk += kParts) {
-      cp_async_16(raw + 16 * chunk, row + 16 * chunk);
-    }
-  }
 
   template <int kParts>
   __device__ static void dequant(const std::uint8_t* raw, __nv_bfloat16* krow, int part, float /*fp8_scale*/) {
@@ -195,20 +204,11 @@ struct Bf16RowLoader {
 };
 
 // Plain e4m3 rows of 512 values with one per-tensor scale.
-struct Fp8RowLoader {
+struct Fp8RowLoader : PlainRowIssue<Fp8RowsFormat::kBytesPerToken> {
   using Format = Fp8RowsFormat;
   static constexpr int kHeadDim = Format::kHeadDim;
   static constexpr int kRawStride = Format::kBytesPerToken;
   static_assert(Format::kHeadDim % kValuesPerChunk == 0);
-
-  template <int kParts>
-  __device__ static void issue(std::uint8_t* raw, const KvSourceParams& src, std::uint32_t slot, int part) {
-    std::uint32_t entry = 0;
-    const std::uint8_t* row = page_base(src, slot, &entry) + static_cast<std::int64_t>(entry) * src.row_stride_bytes;
-    for (int chunk = part; chunk < kRawStride / 16; chunk += kParts) {
-      cp_async_16(raw + 16 * chunk, row + 16 * chunk);
-    }
-  }
 
   template <int kParts>
   __device__ static void dequant(const std::uint8_t* raw, __nv_bfloat16* krow, int part, float fp8_scale) {

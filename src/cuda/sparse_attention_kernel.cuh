@@ -23,10 +23,10 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include <cfloat>
 #include <cmath>
 #include <cstdint>
 
+#include "src/cuda/attention_epilogue.cuh"
 #include "src/cuda/kv_loaders.cuh"
 #include "src/cuda/ptx.cuh"
 #include "src/cuda/sparse_attention_params.h"
@@ -90,73 +90,22 @@ struct AttentionConfig {
   }
 };
 
+// The rows of a portable CTA's tile: row r is token first_token + r / per_token,
+// head head0 + r % per_token (per_token = h_q when packed, the tile's rows otherwise).
+struct TileRows {
+  const SparseAttentionParams& p;
+  int first_token;
+  int head0;
+  int per_token;
+  __device__ __forceinline__ int token(int row) const { return first_token + row / per_token; }
+  __device__ __forceinline__ int head(int row) const { return head0 + row % per_token; }
+  __device__ __forceinline__ bool live(int row) const { return row < p.pack_tokens * per_token && head(row) < p.num_heads; }
+};
+
 __device__ __forceinline__ int clamped_length(const KvSourceParams& src, int token) {
   if (src.lengths == nullptr) return src.topk;
   const int len = src.lengths[static_cast<std::int64_t>(token) * src.stride_lengths_t];
   return len < 0 ? 0 : (len > src.topk ? src.topk : len);
-}
-
-// Row statistics (docs/attention.md, non-finite values and overflow). m is the
-// row's max raw dot product, l its sum of exp2((s - m) * scale_log2): l == 0 means
-// nothing attended, a NaN l that a score was NaN (or +inf), which makes out, lse and
-// max_logits NaN. Scaled values past f32 come out as +-inf, the output stays exact.
-
-// e^(sink - scale m): 0 for an absent or -inf sink and inf for a +inf one, NaN
-// for a NaN sink. scale m is clamped to finite values, which keeps inf - inf out
-// and changes nothing else (its weight against a finite sink is 0 or inf either way).
-__device__ __forceinline__ float sink_weight(const SparseAttentionParams& p, int head, float m) {
-  if (p.sink == nullptr) return 0.0f;
-  const float scaled_max = fminf(fmaxf(m * p.scale_log2, -FLT_MAX), FLT_MAX);
-  return exp2f(p.sink[head * p.stride_sink] * kLog2e - scaled_max);
-}
-
-// The factor turning a row's accumulator into its output: 1 / (l + e^(sink - scale m)), 0 when empty.
-__device__ __forceinline__ float row_output_factor(const SparseAttentionParams& p, int head, float m, float l) {
-  return l == 0.0f ? 0.0f : 1.0f / (l + sink_weight(p, head, m));
-}
-
-// lse = scale m + ln l (sink excluded), +inf when nothing was attended.
-__device__ __forceinline__ float row_lse(const SparseAttentionParams& p, float m, float l) {
-  return l == 0.0f ? INFINITY : fmaf(log2f(l), kLn2, m * p.softmax_scale);
-}
-
-// max_logits = scale m, -inf when nothing was attended, NaN with a NaN sum.
-__device__ __forceinline__ float row_max_logit(const SparseAttentionParams& p, float m, float l) {
-  return l == 0.0f ? -INFINITY : (isnan(l) ? NAN : m * p.softmax_scale);
-}
-
-__device__ __forceinline__ void store_bf16_pair(const SparseAttentionParams& p, std::uint16_t* at, float a, float b) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
-  if (p.out_aligned_4) {
-    *reinterpret_cast<__nv_bfloat162*>(at) = v;
-  } else {
-    at[0] = __bfloat16_as_ushort(v.x);
-    at[1] = __bfloat16_as_ushort(v.y);
-  }
-}
-
-// A (token, head) row that attends nothing, written by one warp: a zero output
-// row, lse +inf ("nothing to attend"), max_logits -inf.
-__device__ __forceinline__ void write_unattended_row(const SparseAttentionParams& p, int token, int head, int lane) {
-  std::uint16_t* out = p.out + token * p.stride_out_t + head * p.stride_out_h;
-  for (int c = lane * 2; c < kValueDim; c += 64) store_bf16_pair(p, out + c, 0.0f, 0.0f);
-  if (lane == 0 && p.lse != nullptr) p.lse[token * p.stride_lse_t + head * p.stride_lse_h] = INFINITY;
-  if (lane == 0 && p.max_logits != nullptr) p.max_logits[token * p.stride_max_t + head * p.stride_max_h] = -INFINITY;
-}
-
-// The same for one split of a split row: its statistics say "nothing" (sum 0),
-// which the combine skips; the partial output is not written.
-__device__ __forceinline__ void write_empty_split_row(const SparseAttentionParams& p, int token, int head, int split,
-                                                      int lane) {
-  if (p.num_splits == 1) {
-    write_unattended_row(p, token, head, lane);
-    return;
-  }
-  if (lane != 0) return;
-  const std::int64_t plane = static_cast<std::int64_t>(p.num_tokens) * p.num_heads;
-  const std::int64_t at = split * plane + static_cast<std::int64_t>(token) * p.num_heads + head;
-  p.partial_sum[at] = 0.0f;
-  p.partial_max[at] = -INFINITY;
 }
 
 // The source a key reads (0: main, 1: extra), spelled as a choice between the two
@@ -248,13 +197,8 @@ __global__ void __launch_bounds__(kAttentionThreads, attention_min_blocks_per_sm
   const int warp = tid / 32;
   const int lane = tid % 32;
 
-  // Row r of the CTA is (token first_token + r / rows_per_token, head head0 + r % rows_per_token).
   const bool packed = p.pack_tokens > 1;
-  const int rows_per_token = packed ? p.num_heads : kRows;
-  const int first_token = cta * p.pack_tokens;
-  auto row_token = [&](int row) { return first_token + row / rows_per_token; };
-  auto row_head = [&](int row) { return head0 + row % rows_per_token; };
-  auto row_live = [&](int row) { return row < p.pack_tokens * rows_per_token && row_head(row) < p.num_heads; };
+  const TileRows rows{p, cta * p.pack_tokens, head0, packed ? p.num_heads : kRows};
 
   // This split's share of the token's valid keys (computed on the device from
   // the length values, so a captured graph stays valid when lengths change).
@@ -272,12 +216,9 @@ __global__ void __launch_bounds__(kAttentionThreads, attention_min_blocks_per_sm
 
   const int softmax_row = tid / Cfg::kThreadsPerRow;
   const int softmax_sub = tid % Cfg::kThreadsPerRow;
-  const std::int64_t plane = static_cast<std::int64_t>(p.num_tokens) * p.num_heads;
 
   if (begin >= end) {  // nothing to attend in this split (uniform over the CTA)
-    for (int row = tid / 32; row < kRows; row += Cfg::kWarps) {
-      if (row_live(row)) write_empty_split_row(p, row_token(row), row_head(row), split, lane);
-    }
+    write_empty_split_rows<kRows, Cfg::kThreads>(p, split, tid, rows);
     return;
   }
 
@@ -313,25 +254,8 @@ __global__ void __launch_bounds__(kAttentionThreads, attention_min_blocks_per_sm
   }
 
   // Q rows of this CTA; rows past h_q (or past the packed tokens) are zero and never written out.
-  {
-    constexpr int kChunksPerRow = Cfg::kDim * 2 / 16;
-    for (int i = tid; i < kRows * kChunksPerRow; i += Cfg::kThreads) {
-      const int row = i / kChunksPerRow;
-      const int chunk = i % kChunksPerRow;
-      uint4 value = make_uint4(0, 0, 0, 0);
-      if (row_live(row)) {
-        const std::uint16_t* src = p.q + row_token(row) * p.stride_q_t + row_head(row) * p.stride_q_h + chunk * 8;
-        if (p.q_aligned_16) {
-          value = __ldg(reinterpret_cast<const uint4*>(src));
-        } else {
-          std::uint16_t e[8];
-          for (int j = 0; j < 8; ++j) e[j] = src[j];
-          value = make_uint4(e[0] | (e[1] << 16), e[2] | (e[3] << 16), e[4] | (e[5] << 16), e[6] | (e[7] << 16));
-        }
-      }
-      *reinterpret_cast<uint4*>(q_s + row * Cfg::kRowStride + chunk * 8) = value;
-    }
-  }
+  load_query_rows<kRows, Cfg::kDim, Cfg::kThreads, false>(
+      p, tid, rows, [&](int row, int unit) { return q_s + row * Cfg::kRowStride + unit * 8; });
 
   float row_max = -INFINITY;  // raw dot products, replicated over the row's softmax threads
   float row_sum = 0.0f;
@@ -344,7 +268,7 @@ __global__ void __launch_bounds__(kAttentionThreads, attention_min_blocks_per_sm
       for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.0f;
 
   // The bit of this softmax row's token in the key masks (0 for padding rows).
-  const int row_bit = row_live(softmax_row) ? 1 << (softmax_row / rows_per_token) : 0;
+  const int row_bit = rows.live(softmax_row) ? 1 << (softmax_row / rows.per_token) : 0;
   const int qk_unit = warp % Cfg::kQkUnits;
   const int qk_dpart = warp / Cfg::kQkUnits;
   const int qk_mtile = qk_unit / (Cfg::kKeys / 16) * Cfg::kQkRowTiles;  // first of the block's row tiles
@@ -441,28 +365,16 @@ __global__ void __launch_bounds__(kAttentionThreads, attention_min_blocks_per_sm
         scores[i] = (valid_s[key] & row_bit) ? s : -INFINITY;  // raw: the scale multiplies differences
         tile_max = fmaxf(tile_max, scores[i]);
       }
-#pragma unroll
-      for (int offset = Cfg::kThreadsPerRow / 2; offset > 0; offset /= 2) {
-        tile_max = fmaxf(tile_max, __shfl_xor_sync(0xFFFFFFFFu, tile_max, offset));
-      }
-      // fmaxf skips NaN scores; their probabilities below are NaN and make row_sum NaN.
-      const float new_max = fmaxf(row_max, tile_max);
-      const float reference = new_max == -INFINITY ? 0.0f : new_max;  // keeps -inf - -inf out
-      const float alpha = exp2f((row_max - reference) * p.scale_log2);
+      const RowRescale step = advance_row_max(row_max, row_reduce_max<Cfg::kThreadsPerRow>(tile_max), p.scale_log2);
       float tile_sum = 0.0f;
 #pragma unroll
       for (int i = 0; i < Cfg::kKeysPerThread; ++i) {
-        const float prob = exp2f((scores[i] - reference) * p.scale_log2);  // argument <= 0 (or NaN)
+        const float prob = exp2f((scores[i] - step.reference) * p.scale_log2);  // argument <= 0 (or NaN)
         tile_sum += prob;
         p_s[softmax_row * Cfg::kPStride + i * Cfg::kThreadsPerRow + softmax_sub] = __float2bfloat16_rn(prob);
       }
-#pragma unroll
-      for (int offset = Cfg::kThreadsPerRow / 2; offset > 0; offset /= 2) {
-        tile_sum += __shfl_xor_sync(0xFFFFFFFFu, tile_sum, offset);
-      }
-      row_sum = row_sum * alpha + tile_sum;
-      row_max = new_max;
-      if (softmax_sub == 0) alpha_s[softmax_row] = alpha;
+      row_sum = row_sum * step.alpha + row_reduce_sum<Cfg::kThreadsPerRow>(tile_sum);
+      if (softmax_sub == 0) alpha_s[softmax_row] = step.alpha;
     }
     __syncthreads();  // P and the rescale factors ready
 
@@ -509,58 +421,10 @@ __global__ void __launch_bounds__(kAttentionThreads, attention_min_blocks_per_sm
   cp_async_wait_all();
 
   // Epilogue: row statistics to shared memory, then each warp writes its columns.
-  if (softmax_sub == 0) {
-    m_s[softmax_row] = row_max;
-    l_s[softmax_row] = row_sum;
-    if (row_live(softmax_row)) {
-      const int token = row_token(softmax_row);
-      const int head = row_head(softmax_row);
-      const std::int64_t at = static_cast<std::int64_t>(token) * p.num_heads + head;
-      if (p.num_splits > 1) {
-        p.partial_sum[split * plane + at] = row_sum;
-        p.partial_max[split * plane + at] = row_max;
-      } else {
-        if (p.lse != nullptr) p.lse[token * p.stride_lse_t + head * p.stride_lse_h] = row_lse(p, row_max, row_sum);
-        if (p.max_logits != nullptr) {
-          p.max_logits[token * p.stride_max_t + head * p.stride_max_h] = row_max_logit(p, row_max, row_sum);
-        }
-      }
-    }
-  }
+  if (softmax_sub == 0) publish_row_statistics(p, split, rows, softmax_row, row_max, row_sum, m_s, l_s);
   __syncthreads();
-
-#pragma unroll
-  for (int mt = 0; mt < Cfg::kMTiles; ++mt) {
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int row = mt * 16 + lane / 4 + half * 8;
-      if (!row_live(row)) continue;
-      const int token = row_token(row);
-      const int head = row_head(row);
-      const float m = m_s[row];
-      const float l = l_s[row];
-      if (p.num_splits > 1) {
-        if (l == 0.0f) continue;  // the combine skips splits that attended nothing (a NaN l is written)
-        const float inv = 1.0f / l;
-        float* out = p.partial_out + ((split * plane) + static_cast<std::int64_t>(token) * p.num_heads + head) * kValueDim;
-#pragma unroll
-        for (int nt = 0; nt < Cfg::kPvTiles; ++nt) {
-          const int col = warp * Cfg::kColumnsPerWarp + nt * 8 + 2 * (lane % 4);
-          *reinterpret_cast<float2*>(out + col) =
-              make_float2(acc[mt][nt][2 * half] * inv, acc[mt][nt][2 * half + 1] * inv);
-        }
-      } else {
-        // The sink joins the denominator only: out = sum e^s v / (e^sink + sum e^s).
-        const float inv = row_output_factor(p, head, m, l);
-        std::uint16_t* out = p.out + token * p.stride_out_t + head * p.stride_out_h;
-#pragma unroll
-        for (int nt = 0; nt < Cfg::kPvTiles; ++nt) {
-          const int col = warp * Cfg::kColumnsPerWarp + nt * 8 + 2 * (lane % 4);
-          store_bf16_pair(p, out + col, acc[mt][nt][2 * half] * inv, acc[mt][nt][2 * half + 1] * inv);
-        }
-      }
-    }
-  }
+  write_output_fragments<Cfg::kMTiles, Cfg::kPvTiles>(p, split, rows, 0, warp * Cfg::kColumnsPerWarp, lane, m_s, l_s,
+                                                      [&](int mt, int nt, int i) { return acc[mt][nt][i]; });
 }
 
 }  // namespace smla::cuda

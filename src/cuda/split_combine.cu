@@ -6,7 +6,7 @@
 
 #include <cmath>
 
-#include "src/cuda/sparse_attention_kernel.cuh"
+#include "src/cuda/attention_epilogue.cuh"
 #include "src/cuda/sparse_attention_launch.h"
 
 namespace smla::cuda {
@@ -21,8 +21,7 @@ __global__ void __launch_bounds__(kCombineWarps * 32) split_combine_kernel(const
   const int head = static_cast<int>(blockIdx.y) * kCombineWarps + static_cast<int>(threadIdx.x) / 32;
   const int lane = static_cast<int>(threadIdx.x) % 32;
   if (head >= p.num_heads) return;
-  const std::int64_t plane = static_cast<std::int64_t>(p.num_tokens) * p.num_heads;
-  const std::int64_t at = static_cast<std::int64_t>(token) * p.num_heads + head;
+  const SplitRow splits = split_row(p, token, head);
 
   // Split s holds the raw max m_s, the sum l_s of exp2((s - m_s) * scale_log2) and,
   // where l_s != 0, out_s = its accumulator / l_s. With M the largest m_s of the
@@ -39,8 +38,8 @@ __global__ void __launch_bounds__(kCombineWarps * 32) split_combine_kernel(const
   for (int j = 0; j < 2; ++j) {
     const int s = lane + 32 * j;
     const bool present = s < p.num_splits;
-    l[j] = present ? p.partial_sum[s * plane + at] : 0.0f;
-    m_split[j] = present ? p.partial_max[s * plane + at] : -INFINITY;
+    l[j] = present ? p.partial_sum[splits.at(s)] : 0.0f;
+    m_split[j] = present ? p.partial_max[splits.at(s)] : -INFINITY;
   }
   const unsigned live[2] = {__ballot_sync(kFullMask, l[0] != 0.0f), __ballot_sync(kFullMask, l[1] != 0.0f)};
   std::uint16_t* out = p.out + token * p.stride_out_t + head * p.stride_out_h;
@@ -49,16 +48,12 @@ __global__ void __launch_bounds__(kCombineWarps * 32) split_combine_kernel(const
     return;
   }
   // A NaN split's max may be -inf (fmaxf skips NaN scores): its NaN l still counts.
-  float m = fmaxf(l[0] != 0.0f ? m_split[0] : -INFINITY, l[1] != 0.0f ? m_split[1] : -INFINITY);
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) m = fmaxf(m, __shfl_xor_sync(kFullMask, m, offset));
-  const float reference = m == -INFINITY ? 0.0f : m;  // only NaN splits: keeps -inf - -inf out (the sum is NaN anyway)
+  const float m = row_reduce_max<32>(fmaxf(l[0] != 0.0f ? m_split[0] : -INFINITY, l[1] != 0.0f ? m_split[1] : -INFINITY));
+  const float reference = exp2_reference(m);  // -inf: only NaN splits (the sum is NaN anyway)
   float weight[2];
 #pragma unroll
   for (int j = 0; j < 2; ++j) weight[j] = l[j] != 0.0f ? l[j] * exp2f((m_split[j] - reference) * p.scale_log2) : 0.0f;
-  float sum = weight[0] + weight[1];
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(kFullMask, sum, offset);
+  const float sum = row_reduce_sum<32>(weight[0] + weight[1]);
 
   // Groups of kSplitsInFlight splits: their partial loads are independent of one
   // another, so they are in flight together.
@@ -72,7 +67,7 @@ __global__ void __launch_bounds__(kCombineWarps * 32) split_combine_kernel(const
       const float lane_weight = __shfl_sync(kFullMask, s < 32 ? weight[0] : weight[1], s % 32);
       const bool attended = s < p.num_splits && ((live[s / 32 % 2] >> (s % 32)) & 1u) != 0u;
       w[g] = attended ? lane_weight : 0.0f;
-      const float4* part = reinterpret_cast<const float4*>(p.partial_out + (s * plane + at) * kValueDim);
+      const float4* part = reinterpret_cast<const float4*>(p.partial_out + splits.at(s) * kValueDim);
 #pragma unroll
       for (int i = 0; i < 4; ++i) v[g][i] = attended ? part[lane + 32 * i] : float4{};
     }
@@ -95,10 +90,7 @@ __global__ void __launch_bounds__(kCombineWarps * 32) split_combine_kernel(const
     store_bf16_pair(p, out + col, acc[i].x * inv, acc[i].y * inv);
     store_bf16_pair(p, out + col + 2, acc[i].z * inv, acc[i].w * inv);
   }
-  if (lane == 0 && p.lse != nullptr) p.lse[token * p.stride_lse_t + head * p.stride_lse_h] = row_lse(p, m, sum);
-  if (lane == 0 && p.max_logits != nullptr) {
-    p.max_logits[token * p.stride_max_t + head * p.stride_max_h] = row_max_logit(p, m, sum);
-  }
+  if (lane == 0) write_row_logits(p, token, head, m, sum);
 }
 
 }  // namespace

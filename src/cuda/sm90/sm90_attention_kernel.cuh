@@ -25,6 +25,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "src/cuda/attention_epilogue.cuh"
 #include "src/cuda/sm90/sm90_ptx.cuh"
 #include "src/cuda/sm90/sm90_row_loaders.cuh"
 #include "src/cuda/sm90/wgmma_ops.cuh"
@@ -81,42 +82,17 @@ struct Sm90Layout {
   static constexpr int kDynamicBytes = kBytes + kSwizzleAtomBytes;  // slack to align the base to 1024 B
 };
 
-// Outputs of a split with no keys (uniform over the CTA).
-__device__ __forceinline__ void write_empty_split(const SparseAttentionParams& p, int token, int head0, int split) {
-  const int warps = static_cast<int>(blockDim.x) / 32;
-  const int lane = static_cast<int>(threadIdx.x) % 32;
-  for (int row = static_cast<int>(threadIdx.x) / 32; row < kRows && head0 + row < p.num_heads; row += warps) {
-    write_empty_split_row(p, token, head0 + row, split, lane);
-  }
-}
-
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
 // Q rows of the head block into the swizzled Q tile (rows past h_q are zero), by the 256 consumer threads.
+// Aligned rows travel by cp.async, all of a thread's 16-byte units in flight at
+// once: a load-then-store loop waited one memory latency per unit (16 of them).
 template <int kDim>
 __device__ __forceinline__ void load_query(const SparseAttentionParams& p, int token, int head0, std::uint8_t* q_tile,
                                            int consumer_thread) {
-  // Aligned rows travel by cp.async, all of a thread's 16-byte units in flight at
-  // once: a load-then-store loop waited one memory latency per unit (16 of them).
-  constexpr int kUnitsPerRow = kDim / 8;
-  for (int i = consumer_thread; i < kRows * kUnitsPerRow; i += kConsumerThreads) {
-    const int row = i / kUnitsPerRow;
-    const int unit = i % kUnitsPerRow;
-    const int head = head0 + row;
-    std::uint8_t* dst = q_tile + (unit / 8) * (64 * kSwizzleRowBytes) + swizzled_offset(row, unit % 8);
-    uint4 value = make_uint4(0, 0, 0, 0);
-    if (head < p.num_heads) {
-      const std::uint16_t* src = p.q + token * p.stride_q_t + head * p.stride_q_h + unit * 8;
-      if (p.q_aligned_16) {
-        cp_async_16(dst, src);
-        continue;
-      }
-      std::uint32_t e[8];
-      for (int j = 0; j < 8; ++j) e[j] = src[j];
-      value = make_uint4(e[0] | (e[1] << 16), e[2] | (e[3] << 16), e[4] | (e[5] << 16), e[6] | (e[7] << 16));
-    }
-    *reinterpret_cast<uint4*>(dst) = value;
-  }
+  load_query_rows<kRows, kDim, kConsumerThreads, true>(
+      p, consumer_thread, HeadBlockRows{p, token, head0},
+      [&](int row, int unit) { return q_tile + (unit / 8) * (64 * kSwizzleRowBytes) + swizzled_offset(row, unit % 8); });
   cp_async_commit();
   cp_async_wait_all();
 }
@@ -138,39 +114,13 @@ __device__ __forceinline__ std::uint32_t pack_bf16(float lo, float hi) {
   return *reinterpret_cast<const std::uint32_t*>(&v);
 }
 
-// Writes one consumer warpgroup's 256 output columns (accumulator layout of
-// wgmma m64n256: rows 16 w + lane / 4 (+ 8), columns 8 i + 2 (lane % 4)).
+// Writes one consumer warpgroup's 256 output columns from column0 on (the wgmma
+// m64n256 accumulator: warp w's quarter is rows 16 w .. 16 w + 15 in 32 m16n8 fragments).
 __device__ __forceinline__ void write_output_half(const SparseAttentionParams& p, const float (&o)[128], int token,
                                                   int head0, int split, int column0, const float* row_max,
                                                   const float* row_sum, int warp, int lane) {
-  const std::int64_t plane = static_cast<std::int64_t>(p.num_tokens) * p.num_heads;
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int row = 16 * warp + lane / 4 + 8 * half;
-    const int head = head0 + row;
-    if (head >= p.num_heads) continue;
-    const float m = row_max[row];
-    const float l = row_sum[row];
-    if (p.num_splits > 1) {
-      if (l == 0.0f) continue;  // the combine skips splits that attended nothing (a NaN l is written)
-      const float inv = 1.0f / l;
-      float* out = p.partial_out + ((split * plane) + static_cast<std::int64_t>(token) * p.num_heads + head) * kValueDim;
-#pragma unroll
-      for (int i = 0; i < 32; ++i) {
-        const int col = column0 + 8 * i + 2 * (lane % 4);
-        *reinterpret_cast<float2*>(out + col) = make_float2(o[4 * i + 2 * half] * inv, o[4 * i + 2 * half + 1] * inv);
-      }
-    } else {
-      // The sink joins the denominator only: out = sum e^s v / (e^sink + sum e^s).
-      const float inv = row_output_factor(p, head, m, l);
-      std::uint16_t* out = p.out + token * p.stride_out_t + head * p.stride_out_h;
-#pragma unroll
-      for (int i = 0; i < 32; ++i) {
-        const int col = column0 + 8 * i + 2 * (lane % 4);
-        store_bf16_pair(p, out + col, o[4 * i + 2 * half] * inv, o[4 * i + 2 * half + 1] * inv);
-      }
-    }
-  }
+  write_output_fragments<1, kHalfColumns / 8>(p, split, HeadBlockRows{p, token, head0}, 16 * warp, column0, lane,
+                                              row_max, row_sum, [&](int /*mt*/, int nt, int i) { return o[4 * nt + i]; });
 }
 
 // CTA pairs: after the producers' stores of a tile, thread 0 sends this CTA's
@@ -363,12 +313,9 @@ __device__ __forceinline__ void run_score_warpgroup(const SparseAttentionParams&
     float reference[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xFFFFFFFFu, tile_max[h], 1));
-      tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xFFFFFFFFu, tile_max[h], 2));
-      const float new_max = fmaxf(row_max[h], tile_max[h]);
-      reference[h] = new_max == -INFINITY ? 0.0f : new_max;  // keeps -inf - -inf out
-      alpha[h] = exp2f((row_max[h] - reference[h]) * p.scale_log2);
-      row_max[h] = new_max;
+      const RowRescale step = advance_row_max(row_max[h], row_reduce_max<4>(tile_max[h]), p.scale_log2);
+      reference[h] = step.reference;
+      alpha[h] = step.alpha;
       row_sum[h] *= alpha[h];
     }
     // p = exp2((s - reference) * scale_log2), argument <= 0 (NaN for a NaN score).
@@ -436,26 +383,12 @@ __device__ __forceinline__ void run_score_warpgroup(const SparseAttentionParams&
   // Row statistics: the quad's partial sums meet; lane 0 of the quad publishes.
   float* max_s = reinterpret_cast<float*>(smem + Layout::kRowMax);
   float* sum_s = reinterpret_cast<float*>(smem + Layout::kRowSum);
-  const std::int64_t plane = static_cast<std::int64_t>(p.num_tokens) * p.num_heads;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    row_sum[h] += __shfl_xor_sync(0xFFFFFFFFu, row_sum[h], 1);
-    row_sum[h] += __shfl_xor_sync(0xFFFFFFFFu, row_sum[h], 2);
+    row_sum[h] = row_reduce_sum<4>(row_sum[h]);
     const int row = row0 + 8 * h;
-    if (lane % 4 != 0) continue;
-    max_s[row] = row_max[h];
-    sum_s[row] = row_sum[h];
-    const int head = head0 + row;
-    if (head >= p.num_heads) continue;
-    const std::int64_t at = static_cast<std::int64_t>(token) * p.num_heads + head;
-    if (p.num_splits > 1) {
-      p.partial_sum[split * plane + at] = row_sum[h];
-      p.partial_max[split * plane + at] = row_max[h];
-    } else {
-      if (p.lse != nullptr) p.lse[token * p.stride_lse_t + head * p.stride_lse_h] = row_lse(p, row_max[h], row_sum[h]);
-      if (p.max_logits != nullptr) {
-        p.max_logits[token * p.stride_max_t + head * p.stride_max_h] = row_max_logit(p, row_max[h], row_sum[h]);
-      }
+    if (lane % 4 == 0) {
+      publish_row_statistics(p, split, HeadBlockRows{p, token, head0}, row, row_max[h], row_sum[h], max_s, sum_s);
     }
   }
   named_barrier_sync(kConsumers, kConsumerThreads);
@@ -576,7 +509,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_attention_kernel(const __gri
   const int begin = split * per_split;
   const int end = min(n_keys, begin + per_split);
   if (begin >= end) {  // the same for both CTAs of a pair: neither touches the other
-    write_empty_split(p, token, head0, split);
+    write_empty_split_rows<kRows, kThreads>(p, split, tid, HeadBlockRows{p, token, head0});
     return;
   }
   const int num_tiles = (end - begin + kKeys - 1) / kKeys;

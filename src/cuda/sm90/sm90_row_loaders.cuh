@@ -41,14 +41,32 @@ struct RowLocation {
   const std::uint8_t* scales = nullptr;
 };
 
-// DeepSeek-V4: 448 e4m3 NoPE then 64 bf16 RoPE in the data row; 7 UE8M0 scales
-// (plus a pad byte) in the page's scale rows.
-struct V4Units {
-  using Format = V4Fp8Format;
-  using Scales = uint2;
+// The DeepSeek formats' rows: FP8 NoPE units, then bf16 RoPE units.
+template <class FormatTraits>
+struct NopeRopeUnits {
+  using Format = FormatTraits;
   static constexpr int kDim = Format::kHeadDim;
   static constexpr int kFp8Units = Format::kNopeDim / 16;
   static constexpr int kBf16Units = Format::kRopeDim * 2 / 16;
+};
+
+// Plain rows (no scales in the row), row_stride_bytes apart in a page.
+struct PlainRowUnits {
+  using Scales = NoScales;
+  static constexpr bool kScaleFooter = false;
+  __device__ static RowLocation locate(const KvSourceParams& src, std::uint32_t slot) {
+    std::uint32_t entry = 0;
+    const std::uint8_t* page = split_slot(src, slot, &entry);
+    return {page + static_cast<std::int64_t>(entry) * src.row_stride_bytes, nullptr};
+  }
+  __device__ static int unit_offset(int unit) { return 16 * unit; }
+  __device__ static Scales load_scales(const RowLocation&) { return {}; }
+};
+
+// DeepSeek-V4: 448 e4m3 NoPE then 64 bf16 RoPE in the data row; 7 UE8M0 scales
+// (plus a pad byte) in the page's scale rows.
+struct V4Units : NopeRopeUnits<V4Fp8Format> {
+  using Scales = uint2;
   // Measured on an H100: 4 threads a key with one pass ahead beat 8 threads a key
   // with three passes ahead by 1.5x (docs/PERF.md).
   static constexpr int kParts = 4;
@@ -73,12 +91,8 @@ struct V4Units {
 };
 
 // DeepSeek-V3.2: 512 e4m3, 4 f32 scales, 64 bf16 RoPE, token-contiguous.
-struct V32Units {
-  using Format = V32Fp8Format;
+struct V32Units : NopeRopeUnits<V32Fp8Format> {
   using Scales = float4;
-  static constexpr int kDim = Format::kHeadDim;
-  static constexpr int kFp8Units = Format::kNopeDim / 16;
-  static constexpr int kBf16Units = Format::kRopeDim * 2 / 16;
   // 4 threads a key with one pass ahead (10 units a thread) beat 8 with two passes
   // ahead by 11% in prefill once CTA pairs halved each producer's keys (docs/PERF.md).
   static constexpr int kParts = 4;
@@ -106,44 +120,26 @@ struct V32Units {
 };
 
 // Plain e4m3 rows with one per-tensor scale.
-struct Fp8RowUnits {
+struct Fp8RowUnits : PlainRowUnits {
   using Format = Fp8RowsFormat;
-  using Scales = NoScales;
   static constexpr int kDim = Format::kHeadDim;
   static constexpr int kFp8Units = Format::kHeadDim / 16;
   static constexpr int kBf16Units = 0;
   static constexpr int kParts = 8;
   static constexpr int kPassesAhead = 3;  // 3 x 4 units in flight per thread
   static constexpr int kRowBytes = Format::kBytesPerToken;
-  static constexpr bool kScaleFooter = false;
-  __device__ static RowLocation locate(const KvSourceParams& src, std::uint32_t slot) {
-    std::uint32_t entry = 0;
-    const std::uint8_t* page = split_slot(src, slot, &entry);
-    return {page + static_cast<std::int64_t>(entry) * src.row_stride_bytes, nullptr};
-  }
-  __device__ static int unit_offset(int unit) { return 16 * unit; }
-  __device__ static Scales load_scales(const RowLocation&) { return {}; }
   __device__ static float unit_scale(const Scales&, int, float fp8_scale) { return fp8_scale; }
 };
 
 // Plain bf16 rows of kDimValue values (the bf16 paged format and the flat prefill workspace).
 template <int kDimValue>
-struct Bf16RowUnits {
-  using Scales = NoScales;
+struct Bf16RowUnits : PlainRowUnits {
   static constexpr int kDim = kDimValue;
   static constexpr int kFp8Units = 0;
   static constexpr int kBf16Units = kDim * 2 / 16;
   static constexpr int kParts = 8;
   static constexpr int kPassesAhead = 1;  // 8 or 9 units a pass: one pass ahead fits the registers
   static constexpr int kRowBytes = kDim * 2;
-  static constexpr bool kScaleFooter = false;
-  __device__ static RowLocation locate(const KvSourceParams& src, std::uint32_t slot) {
-    std::uint32_t entry = 0;
-    const std::uint8_t* page = split_slot(src, slot, &entry);
-    return {page + static_cast<std::int64_t>(entry) * src.row_stride_bytes, nullptr};
-  }
-  __device__ static int unit_offset(int unit) { return 16 * unit; }
-  __device__ static Scales load_scales(const RowLocation&) { return {}; }
   __device__ static float unit_scale(const Scales&, int, float) { return 1.0f; }
 };
 
