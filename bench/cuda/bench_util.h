@@ -8,11 +8,15 @@
 #include <algorithm>
 #include <cstdint>
 #include <random>
+#include <type_traits>
+#include <utility>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "bench/cuda/synthetic_fill.h"
 #include "smla/attention.h"
+#include "smla/context.h"
 #include "smla/kv_format.h"
 #include "testkit/cuda/device_copy.h"
 
@@ -22,6 +26,46 @@ using cudatest::check_cuda;
 using cudatest::DeviceBuffer;
 
 inline constexpr std::size_t kFlushBytes = 256u << 20;
+
+template <class T>
+T value_or_throw(Expected<T> expected) {
+  if (!expected) throw std::runtime_error(expected.status().to_string());
+  return std::move(*expected);
+}
+
+// One attention call planned once on the cuda backend, with the plan's
+// workspace, run on the stream each timing run passes (how a serving engine
+// runs a step: plan once, run many).
+template <class Args>
+class PlannedAttention {
+ public:
+  explicit PlannedAttention(const Args& args)
+      : args_(args), context_(value_or_throw(Context::create(Backend::kCuda))), plan_(make_plan()),
+        workspace_(plan_.workspace_bytes()) {
+    context_.set_workspace(workspace_.data(), plan_.workspace_bytes());
+  }
+  void operator()(cudaStream_t stream) {
+    context_.set_stream(stream);
+    const Status status = run();
+    if (!status.ok()) throw std::runtime_error(status.to_string());
+  }
+  const AttentionPlan& plan() const { return plan_; }
+
+ private:
+  AttentionPlan make_plan() const {
+    if constexpr (std::is_same_v<Args, SparseDecodeArgs>) return value_or_throw(plan_sparse_decode(context_, args_));
+    else return value_or_throw(plan_sparse_prefill(context_, args_));
+  }
+  Status run() const {
+    if constexpr (std::is_same_v<Args, SparseDecodeArgs>) return sparse_decode(context_, plan_, args_);
+    else return sparse_prefill(context_, plan_, args_);
+  }
+
+  Args args_;
+  Context context_;
+  AttentionPlan plan_;
+  DeviceBuffer workspace_;
+};
 
 // One cache on the device: b requests of `context` tokens each, block tables random.
 struct SyntheticCache {

@@ -35,7 +35,6 @@
 #include "bench/cuda/gpu_prefill_bench.h"
 #include "bench/cuda/mma_ceiling.h"
 #include "smla/attention.h"
-#include "smla/cuda.h"
 #include "testkit/cuda/device_copy.h"
 #include "testkit/testkit.h"
 
@@ -194,14 +193,9 @@ nlohmann::json run_case(const Case& c, const Options& o, std::uint64_t seed) {
   // The median of timed runs with the given packing hint, and that call's workspace.
   auto time_decode = [&](std::int64_t queries_per_request, std::size_t* bytes_used) {
     args.queries_per_request = queries_per_request;
-    auto needed = cuda_sparse_decode_workspace_size(args);
-    if (!needed) throw std::runtime_error(needed.status().to_string());
-    DeviceBuffer workspace(*needed);
-    std::vector<float> runs = time_runs(o.warmup, o.runs, [&](cudaStream_t stream) {
-      const Status status = cuda_sparse_decode(args, workspace.data(), *needed, stream);
-      if (!status.ok()) throw std::runtime_error(status.to_string());
-    });
-    *bytes_used = *needed;
+    PlannedAttention<SparseDecodeArgs> call(args);
+    std::vector<float> runs = time_runs(o.warmup, o.runs, call);
+    *bytes_used = call.plan().workspace_bytes();
     return runs;
   };
   std::size_t unpacked_workspace = 0;

@@ -7,7 +7,6 @@
 #include <stdexcept>
 
 #include "bench/cuda/bench_util.h"
-#include "smla/cuda.h"
 
 namespace smla::bench {
 namespace {
@@ -31,7 +30,7 @@ Timing time_case(int warmup, int runs, Enqueue&& enqueue) {
   return {times[times.size() / 2], times.front(), times.back()};
 }
 
-// cuda_sparse_prefill over a flat bf16 workspace of s_kv rows; returns the timing.
+// sparse_prefill over a flat bf16 workspace of s_kv rows; returns the timing.
 Timing run_flat(const PrefillCase& c, int d_qk, int warmup, int runs, std::uint64_t seed, DeviceBuffer& q) {
   std::mt19937_64 rng(seed);
   const Device device = cudatest::current_cuda_device();
@@ -61,13 +60,7 @@ Timing run_flat(const PrefillCase& c, int d_qk, int warmup, int runs, std::uint6
   args.out = TensorView::contiguous(out.data(), DType::kBF16, {c.s_q, c.h_q, 512}, device);
   args.lse = TensorView::contiguous(lse.data(), DType::kF32, {c.s_q, c.h_q}, device);
   args.max_logits = TensorView::contiguous(max_logits.data(), DType::kF32, {c.s_q, c.h_q}, device);
-  auto workspace_bytes = cuda_sparse_prefill_workspace_size(args);
-  if (!workspace_bytes) throw std::runtime_error(workspace_bytes.status().to_string());
-  DeviceBuffer workspace(*workspace_bytes);
-  return time_case(warmup, runs, [&](cudaStream_t stream) {
-    const Status status = cuda_sparse_prefill(args, workspace.data(), *workspace_bytes, stream);
-    if (!status.ok()) throw std::runtime_error(status.to_string());
-  });
+  return time_case(warmup, runs, PlannedAttention<SparsePrefillArgs>(args));
 }
 
 // The whole prefill from the FP8 paged caches (one request of s_kv tokens whose
@@ -121,13 +114,7 @@ Timing run_direct(const PrefillCase& c, KvFormat format, int d_qk, int warmup, i
   args.softmax_scale = 1.0f / std::sqrt(512.0f);
   args.out = TensorView::contiguous(out.data(), DType::kBF16, {c.s_q, c.h_q, 512}, device);
   args.lse = TensorView::contiguous(lse.data(), DType::kF32, {c.s_q, c.h_q}, device);
-  auto workspace_bytes = cuda_sparse_decode_workspace_size(args);
-  if (!workspace_bytes) throw std::runtime_error(workspace_bytes.status().to_string());
-  DeviceBuffer workspace(*workspace_bytes);
-  return time_case(warmup, runs, [&](cudaStream_t stream) {
-    const Status status = cuda_sparse_decode(args, workspace.data(), *workspace_bytes, stream);
-    if (!status.ok()) throw std::runtime_error(status.to_string());
-  });
+  return time_case(warmup, runs, PlannedAttention<SparseDecodeArgs>(args));
 }
 
 }  // namespace

@@ -1,9 +1,9 @@
 // The GPU prefill case set (bench/cases/gpu_prefill.json, shared/bench/cases.md):
 // s_q query tokens of one request, timed with the protocol of bench_util.h.
-//   mode "flat":   cuda_sparse_prefill over a contiguous bf16 KV workspace
+//   mode "flat":   sparse_prefill (cuda) over a contiguous bf16 KV workspace
 //                  (FlashMLA's sparse prefill contract; peer figures exist).
 //   mode "direct": the whole prefill straight from the FP8 paged caches through
-//                  cuda_sparse_decode (V4: the 128-token window from the main
+//                  sparse_decode (cuda; V4: the 128-token window from the main
 //                  cache + top-k from the compressed cache; V3.2: top-k).
 #pragma once
 

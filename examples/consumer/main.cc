@@ -1,5 +1,6 @@
 // Decodes one token with one head against two keys of a bf16-rows cache.
 #include <smla/attention.h>
+#include <smla/context.h>
 #include <smla/numeric.h>
 #include <smla/version.h>
 
@@ -30,7 +31,14 @@ int main() {
   args.lse = smla::TensorView::contiguous(lse.data(), smla::DType::kF32, {1, 1});
 
   // q = 0: both keys score 0, so the output is their mean, 2.0, and lse = log(2).
-  const smla::Status status = smla::sparse_decode(args, smla::Backend::kReference);
+  // A context and a plan made once serve every call of these shapes.
+  auto context = smla::Context::create(smla::Backend::kReference);
+  if (!context) {
+    std::fprintf(stderr, "%s\n", context.status().to_string().c_str());
+    return 1;
+  }
+  auto plan = smla::plan_sparse_decode(*context, args);
+  const smla::Status status = plan ? smla::sparse_decode(*context, *plan, args) : plan.status();
   if (!status.ok()) {
     std::fprintf(stderr, "%s\n", status.to_string().c_str());
     return 1;

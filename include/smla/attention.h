@@ -15,10 +15,15 @@
 //   values and overflow).
 #pragma once
 
+#include <cstddef>
+#include <memory>
 #include <optional>
+#include <string>
 
 #include "smla/backend.h"
+#include "smla/context.h"
 #include "smla/kv_format.h"
+#include "smla/registry.h"
 #include "smla/status.h"
 #include "smla/tensor.h"
 
@@ -60,6 +65,47 @@ struct SparsePrefillArgs {
   TensorView lse;           // [s_q, h_q] f32 (written), may be absent; natural log, +inf for empty rows
 };
 
+// How one attention call runs: the selected implementation and its layout
+// (tile, splits, scratch), derived from shapes only. Plan once, run it for
+// every call of the same shapes: every layer of a step, every step, every
+// CUDA-graph replay. A plan belongs to the backend and device of the context
+// that made it.
+class AttentionPlan {
+ public:
+  const Implementation& implementation() const { return *implementation_; }
+  const Problem& problem() const { return problem_; }
+  std::size_t workspace_bytes() const;  // scratch one run takes from the context
+  std::string describe() const;         // "cuda.sm90: 64-row tiles, 2 splits, 3 stages, 65536 B scratch"
+
+  struct State;  // the implementation's own plan
+
+ private:
+  friend struct AttentionPlanAccess;
+  const Implementation* implementation_ = nullptr;
+  Problem problem_;
+  std::shared_ptr<const State> state_;
+};
+
+// validate -> select -> plan. Reads shapes, dtypes, formats and devices, never
+// values in device memory.
+Expected<AttentionPlan> plan_sparse_decode(const Context& context, const SparseDecodeArgs& args);
+Expected<AttentionPlan> plan_sparse_prefill(const Context& context, const SparsePrefillArgs& args);
+
+// Runs a plan: validates the tensors (once) and checks that their shapes are the
+// plan's, then runs (CUDA: enqueues on the context's stream without allocating
+// when the context has a workspace of at least plan.workspace_bytes()).
+Status sparse_decode(const Context& context, const AttentionPlan& plan, const SparseDecodeArgs& args);
+Status sparse_prefill(const Context& context, const AttentionPlan& plan, const SparsePrefillArgs& args);
+
+// Plan and run in one call (validates once).
+Status sparse_decode(const Context& context, const SparseDecodeArgs& args);
+Status sparse_prefill(const Context& context, const SparsePrefillArgs& args);
+
+// Scratch bytes a call with these shapes takes (the plan's workspace_bytes()).
+Expected<std::size_t> sparse_decode_workspace_size(const Context& context, const SparseDecodeArgs& args);
+Expected<std::size_t> sparse_prefill_workspace_size(const Context& context, const SparsePrefillArgs& args);
+
+// One call without a context: runs in default_context(backend) (smla/context.h).
 Status sparse_decode(const SparseDecodeArgs& args, Backend backend = Backend::kAuto);
 Status sparse_prefill(const SparsePrefillArgs& args, Backend backend = Backend::kAuto);
 

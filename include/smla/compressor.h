@@ -24,6 +24,7 @@
 #include <optional>
 
 #include "smla/backend.h"
+#include "smla/context.h"
 #include "smla/indexer_cache.h"
 #include "smla/kv_format.h"
 #include "smla/rope.h"
@@ -58,6 +59,8 @@ struct CompressorArgs {
   std::optional<IndexerCacheView> index_cache;
 };
 
+// On the context's backend (smla/layer.h, "Contexts and backends").
+Status run_compressor(const Context& context, const CompressorArgs& args);
 Status run_compressor(const CompressorArgs& args, Backend backend = Backend::kCpu);
 
 }  // namespace smla

@@ -5,19 +5,21 @@
 // activation on the current CUDA device.
 //
 // Per step: the batch (lengths, block tables, compressor-state tables) is
-// uploaded, the step metadata is built on the device (cuda_build_step_metadata),
+// uploaded, the step metadata is built on the device (build_step_metadata in a
+// cuda Context),
 // then each layer runs projections (cuBLASLt, bf16 weights and activations,
 // f32 accumulation and outputs) -> q/kv RMSNorm -> query prep + SWA insert ->
 // compressor(s) -> indexer query + top-k (C4A) -> index transforms ->
-// cuda_sparse_decode over the paged caches (every token a row) -> inverse-RoPE
+// sparse_decode over the paged caches (every token a row) -> inverse-RoPE
 // grouped output projection -> RMSNorm(x + attention output). Pages are
 // allocated on the host exactly as Model allocates them, so two models fed the
 // same calls hold the same page ids.
 //
 // Every device buffer and workspace is sized in create() for
 // ModelOptions::max_batched_tokens / max_requests / max_model_len; a step
-// allocates nothing on the device. One CUDA stream per model; step() returns
-// after the output is on the host.
+// allocates nothing on the device. One CUDA stream per model, and one Context
+// (smla/context.h) on it that owns the op workspace, made at create(); every
+// op of a step runs in it. step() returns after the output is on the host.
 //
 // Whole-step CUDA graph: capture_decode_graph(R) records one decode step
 // (metadata + all layers) for R requests of 1 + num_speculative_tokens tokens

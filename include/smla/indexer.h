@@ -21,9 +21,11 @@
 // (spec 1.8).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "smla/backend.h"
+#include "smla/context.h"
 #include "smla/indexer_cache.h"
 #include "smla/rope.h"
 #include "smla/status.h"
@@ -44,6 +46,8 @@ struct IndexerQueryArgs {
   TensorView head_weights;  // [T, Hi] f32 (written): weights * q scale * softmax_scale * head_scale
 };
 
+// On the context's backend (smla/layer.h, "Contexts and backends").
+Status prepare_indexer_query(const Context& context, const IndexerQueryArgs& args);
 Status prepare_indexer_query(const IndexerQueryArgs& args, Backend backend = Backend::kCpu);
 
 struct IndexerTopkArgs {
@@ -58,6 +62,13 @@ struct IndexerTopkArgs {
   TensorView topk_indices;      // [T, k] i32 (written): request-local entries, -1 padded
 };
 
+// On the context's backend. cuda: max_seq_len is ignored, the shortcut is
+// taken per token (a token with (pos + 1) / 4 <= k entries gets the
+// short-context fill), which gives the same rows as the host rule; scratch
+// align256(T x capacity x 4) bytes, capacity = block_table columns x key page
+// size (indexer_topk_workspace_size; 0 on the host backends).
+Status indexer_topk(const Context& context, const IndexerTopkArgs& args);
+Expected<std::size_t> indexer_topk_workspace_size(const Context& context, const IndexerTopkArgs& args);
 Status indexer_topk(const IndexerTopkArgs& args, Backend backend = Backend::kCpu);
 
 // topk[t, j] = j if j < (pos_t + 1) / 4 else -1 (the short-context fill).

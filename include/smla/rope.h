@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "smla/backend.h"
+#include "smla/context.h"
 #include "smla/kv_format.h"
 #include "smla/status.h"
 #include "smla/tensor.h"
@@ -75,6 +76,10 @@ struct RopeArgs {
   RopeDirection direction = RopeDirection::kForward;
 };
 
+// Runs on the context's backend (smla/context.h; cuda: every tensor on the
+// context's device, enqueued on its stream, see smla/layer.h "On the device").
+Status apply_rope(const Context& context, const RopeArgs& args);
+// One call in default_context(backend).
 Status apply_rope(const RopeArgs& args, Backend backend = Backend::kCpu);
 
 }  // namespace smla

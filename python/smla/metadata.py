@@ -1,8 +1,8 @@
 """Step metadata and index transforms (smla/metadata.h; docs/metadata.md).
 
 Host arrays (NumPy or CPU torch) run through the host entries; CUDA tensors run
-on the device (smla/cuda_metadata.h) on ``stream`` and write every row up to
-their capacity, graph-safe. Outputs are caller-allocated, except in
+on the device (the Context forms of smla/metadata.h, in a cuda context) on
+``stream`` and write every row up to their capacity, graph-safe. Outputs are caller-allocated, except in
 ``make_step_metadata``, which returns NumPy arrays sized for the step.
 """
 

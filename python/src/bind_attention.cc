@@ -1,17 +1,21 @@
 // smla._C.sparse_decode / sparse_prefill and their workspace queries.
 //
-// Host tensors run through smla::sparse_decode on the named host backend; CUDA
-// tensors through smla::cuda_sparse_decode on the caller's stream and workspace
-// (never allocating or synchronizing). A CUDA call whose workspace is too small
+// Every call runs in a Context of its backend and device (one per thread, made
+// on first use); CUDA calls set the caller's stream and workspace on it (never
+// allocating or synchronizing). A CUDA call whose workspace is too small
 // runs nothing and returns the bytes it needs, so a caller that caches its
 // workspace pays one C++ call per step and grows it only on the first one.
 #include <fmt/format.h>
 #include <pybind11/pybind11.h>
 
+#include <map>
+#include <optional>
+#include <utility>
+
 #include "python/src/bindings.h"
 #include "python/src/py_tensor.h"
 #include "smla/attention.h"
-#include "smla/cuda.h"
+#include "smla/context.h"
 
 namespace smla::python {
 namespace {
@@ -104,29 +108,43 @@ void fill_prefill(PrefillCall& call, const py::handle& q, const py::handle& kv, 
   a.lse = t.view(lse, "lse", Access::kWrite);
 }
 
-// Runs a host or CUDA call; returns the workspace bytes still needed (0 = it ran).
-template <class Args, class SizeFn, class CudaFn, class HostFn>
+// The calling thread's context of a backend and device (the device already
+// current for cuda), made on first use. Kept per thread so a call mutates its
+// stream and workspace without copying or locking.
+Expected<Context*> thread_context(Backend backend, int device) {
+  thread_local std::map<std::pair<Backend, int>, Context> contexts;
+  const auto key = std::make_pair(backend, backend == Backend::kCuda ? device : -1);
+  if (auto found = contexts.find(key); found != contexts.end()) return &found->second;
+  auto created = Context::create(backend);
+  if (!created) return created.status();
+  return &contexts.emplace(key, std::move(*created)).first->second;
+}
+
+// Runs a call in the thread's context; returns the workspace bytes still needed (0 = it ran).
+template <class Args, class RunFn, class SizeFn>
 std::size_t run(const Args& args, int backend_code, std::uintptr_t workspace, std::size_t workspace_bytes,
-                std::uintptr_t stream, SizeFn size_fn, CudaFn cuda_fn, HostFn host_fn) {
+                std::uintptr_t stream, RunFn run_fn, SizeFn size_fn) {
   const Backend backend = pick_backend(backend_code, args.q);
   check_device_matches(backend, args.q);
   Status status;
   std::size_t needed = 0;
   {
     py::gil_scoped_release release;
-    if (backend == Backend::kCuda) {
-      const ScopedDevice device(args.q.device.index);
-      status = device.status();
-      if (status.ok()) {
-        status = cuda_fn(args, reinterpret_cast<void*>(workspace), workspace_bytes, reinterpret_cast<void*>(stream));
-      }
-      if (!status.ok() && device.status().ok()) {
+    std::optional<ScopedDevice> device;
+    if (backend == Backend::kCuda) device.emplace(args.q.device.index);
+    auto context = device && !device->status().ok() ? Expected<Context*>(device->status())
+                                                    : thread_context(backend, args.q.device.index);
+    if (!context) {
+      status = context.status();
+    } else {
+      (*context)->set_stream(reinterpret_cast<void*>(stream));
+      (*context)->set_workspace(reinterpret_cast<void*>(workspace), workspace_bytes);
+      status = run_fn(**context, args);
+      if (!status.ok() && backend == Backend::kCuda) {
         // A short workspace is the one failure the caller fixes by growing it and calling again.
-        const Expected<std::size_t> size = size_fn(args);
+        const Expected<std::size_t> size = size_fn(**context, args);
         if (size.ok() && *size > workspace_bytes) needed = *size;
       }
-    } else {
-      status = host_fn(args, backend);
     }
   }
   if (needed > 0) return needed;
@@ -141,10 +159,22 @@ std::size_t workspace_size(const Args& args, int backend_code, SizeFn size_fn) {
   if (backend != Backend::kCuda) return 0;
   const ScopedDevice device(args.q.device.index);
   throw_if_error(device.status());
-  const Expected<std::size_t> size = size_fn(args);
+  auto context = thread_context(backend, args.q.device.index);
+  throw_if_error(context.status());
+  const Expected<std::size_t> size = size_fn(**context, args);
   throw_if_error(size.status());
   return *size;
 }
+
+// Overload sets as callables.
+constexpr auto kRunDecode = [](const Context& c, const SparseDecodeArgs& a) { return smla::sparse_decode(c, a); };
+constexpr auto kRunPrefill = [](const Context& c, const SparsePrefillArgs& a) { return smla::sparse_prefill(c, a); };
+constexpr auto kDecodeSize = [](const Context& c, const SparseDecodeArgs& a) {
+  return smla::sparse_decode_workspace_size(c, a);
+};
+constexpr auto kPrefillSize = [](const Context& c, const SparsePrefillArgs& a) {
+  return smla::sparse_prefill_workspace_size(c, a);
+};
 
 }  // namespace
 
@@ -160,8 +190,7 @@ void bind_attention(py::module_& m) {
         fill_decode(call, q, main_pages, main_format, main_fp8_scale, main_indices, main_lengths, extra_pages,
                     extra_format, extra_fp8_scale, extra_indices, extra_lengths, sink, softmax_scale, out, lse,
                     queries_per_request);
-        return run(call.args, backend, workspace, workspace_bytes, stream, cuda_sparse_decode_workspace_size,
-                   cuda_sparse_decode, [](const SparseDecodeArgs& a, Backend b) { return smla::sparse_decode(a, b); });
+        return run(call.args, backend, workspace, workspace_bytes, stream, kRunDecode, kDecodeSize);
       },
       "Low-level decode entry (use smla.sparse_decode). Returns 0, or the CUDA workspace bytes needed.");
   m.def(
@@ -174,7 +203,7 @@ void bind_attention(py::module_& m) {
         fill_decode(call, q, main_pages, main_format, main_fp8_scale, main_indices, main_lengths, extra_pages,
                     extra_format, extra_fp8_scale, extra_indices, extra_lengths, sink, softmax_scale, out, lse,
                     queries_per_request);
-        return workspace_size(call.args, backend, cuda_sparse_decode_workspace_size);
+        return workspace_size(call.args, backend, kDecodeSize);
       });
   m.def(
       "sparse_prefill",
@@ -183,9 +212,7 @@ void bind_attention(py::module_& m) {
          std::size_t workspace_bytes, std::uintptr_t stream) {
         PrefillCall call;
         fill_prefill(call, q, kv, indices, topk_length, sink, softmax_scale, d_v, out, max_logits, lse);
-        return run(call.args, backend, workspace, workspace_bytes, stream, cuda_sparse_prefill_workspace_size,
-                   cuda_sparse_prefill,
-                   [](const SparsePrefillArgs& a, Backend b) { return smla::sparse_prefill(a, b); });
+        return run(call.args, backend, workspace, workspace_bytes, stream, kRunPrefill, kPrefillSize);
       },
       "Low-level prefill entry (use smla.sparse_prefill). Returns 0, or the CUDA workspace bytes needed.");
   m.def("sparse_prefill_workspace_size",
@@ -193,7 +220,7 @@ void bind_attention(py::module_& m) {
            float softmax_scale, int d_v, py::handle out, py::handle max_logits, py::handle lse, int backend) {
           PrefillCall call;
           fill_prefill(call, q, kv, indices, topk_length, sink, softmax_scale, d_v, out, max_logits, lse);
-          return workspace_size(call.args, backend, cuda_sparse_prefill_workspace_size);
+          return workspace_size(call.args, backend, kPrefillSize);
         });
 }
 

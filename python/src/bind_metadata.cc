@@ -1,6 +1,6 @@
-// Step metadata and index transforms (smla/metadata.h, smla/cuda_metadata.h).
-// Each transform runs where its data lives: host views through the host entry,
-// CUDA views through the cuda_* entry on the caller's stream.
+// Step metadata and index transforms (smla/metadata.h). Each transform runs
+// where its data lives: host views through the host form, CUDA views through
+// the Context form in a cuda context on the caller's stream.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -9,7 +9,7 @@
 
 #include "python/src/bindings.h"
 #include "python/src/py_tensor.h"
-#include "smla/cuda_metadata.h"
+#include "smla/context.h"
 #include "smla/metadata.h"
 
 namespace smla::python {
@@ -29,7 +29,15 @@ BatchDescription batch_from(PyTensorArgs& t, const py::handle& batch) {
 }
 
 bool on_cuda(const TensorView& view) { return view.present() && view.device.kind == DeviceKind::kCuda; }
-void* stream_ptr(std::uintptr_t stream) { return reinterpret_cast<void*>(stream); }
+// Runs call(context) in a cuda context on the caller's stream (the metadata
+// ops take no scratch, so the default context's copy serves every call).
+template <class Call>
+Status on_device(std::uintptr_t stream, Call&& call) {
+  auto context = default_context(Backend::kCuda);
+  if (!context) return context.status();
+  context->set_stream(reinterpret_cast<void*>(stream));
+  return call(*context);
+}
 
 // A struct of int64 fields as a dict, keyed by the C++ field names.
 template <class S>
@@ -192,7 +200,9 @@ void bind_metadata(py::module_& m) {
     const StepMetadataBuffers out = buffers_from(t, buffers);
     if (on_cuda(b.query_lens)) {
       const TensorView counts_view = t.view(counts, "counts", Access::kWrite);
-      run_released([&] { return cuda_build_step_metadata(b, config, out, counts_view, stream_ptr(stream)); });
+      run_released([&] {
+        return on_device(stream, [&](const Context& c) { return build_step_metadata(c, b, config, out, counts_view); });
+      });
       return py::none();
     }
     Expected<StepCounts> result = [&] {
@@ -211,9 +221,10 @@ void bind_metadata(py::module_& m) {
     const TensorView out = t.view(global_out, "global_out", Access::kWrite);
     const TensorView lens = t.view(lens_out, "lens_out", Access::kWrite);
     run_released([&] {
-      return on_cuda(topk) ? cuda_c4a_global_topk_indices(topk, req, valid, table, block_size, out, lens,
-                                                          stream_ptr(stream))
-                           : c4a_global_topk_indices(topk, req, valid, table, block_size, out, lens);
+      if (!on_cuda(topk)) return c4a_global_topk_indices(topk, req, valid, table, block_size, out, lens);
+      return on_device(stream, [&](const Context& c) {
+        return c4a_global_topk_indices(c, topk, req, valid, table, block_size, out, lens);
+      });
     });
   });
   m.def("v32_request_to_global_indices",
@@ -225,10 +236,12 @@ void bind_metadata(py::module_& m) {
           const TensorView o = t.view(out, "out", Access::kWrite);
           const TensorView counts = t.view(valid_counts, "valid_counts", Access::kWrite);
           run_released([&] {
-            return on_cuda(idx) ? cuda_v32_request_to_global_indices(idx, req, table, block_size, block_stride_rows, o,
-                                                                     counts, stream_ptr(stream))
-                                : v32_request_to_global_indices(idx, req, table, block_size, block_stride_rows, o,
-                                                                counts);
+            if (!on_cuda(idx)) {
+              return v32_request_to_global_indices(idx, req, table, block_size, block_stride_rows, o, counts);
+            }
+            return on_device(stream, [&](const Context& c) {
+              return v32_request_to_global_indices(c, idx, req, table, block_size, block_stride_rows, o, counts);
+            });
           });
         });
   m.def("mixed_sparse_indices", [](py::handle batch, const StepConfig& config, int compress_ratio,
@@ -240,14 +253,17 @@ void bind_metadata(py::module_& m) {
     const TensorView idx = t.view(out_indices, "out_indices", Access::kWrite);
     const TensorView lens = t.view(out_lens, "out_lens", Access::kWrite);
     run_released([&] {
-      return on_cuda(idx) ? cuda_mixed_sparse_indices(b, config, compress_ratio, topk, idx, lens, stream_ptr(stream))
-                          : mixed_sparse_indices(b, config, compress_ratio, topk, idx, lens);
+      if (!on_cuda(idx)) return mixed_sparse_indices(b, config, compress_ratio, topk, idx, lens);
+      return on_device(stream, [&](const Context& c) {
+        return mixed_sparse_indices(c, b, config, compress_ratio, topk, idx, lens);
+      });
     });
   });
   m.def("prefill_chunk_plan", [](py::handle batch, const StepConfig& config, int compress_ratio, bool adaptive) {
     PyTensorArgs t;
     const BatchDescription b = batch_from(t, batch);
-    const auto plan = prefill_chunk_plan(b, config, compress_ratio, adaptive ? ChunkPolicy::kAdaptive : ChunkPolicy::kFixed);
+    const auto plan =
+        prefill_chunk_plan(b, config, compress_ratio, adaptive ? ChunkPolicy::kAdaptive : ChunkPolicy::kFixed);
     throw_if_error(plan.status());
     py::list chunks;
     for (const PrefillChunk& c : *plan) chunks.append(chunk_dict(c));
@@ -274,10 +290,13 @@ void bind_metadata(py::module_& m) {
     const TensorView idx = t.view(out_indices, "out_indices", Access::kWrite);
     const TensorView lens = t.view(out_lens, "out_lens", Access::kWrite);
     run_released([&] {
-      return on_cuda(idx) ? cuda_combine_topk_swa_indices(b, config, compress_ratio, c, compressed_rows, workspace_rows,
-                                                           k, idx, lens, stream_ptr(stream))
-                          : combine_topk_swa_indices(b, config, compress_ratio, c, compressed_rows, workspace_rows, k,
-                                                     idx, lens);
+      if (!on_cuda(idx)) {
+        return combine_topk_swa_indices(b, config, compress_ratio, c, compressed_rows, workspace_rows, k, idx, lens);
+      }
+      return on_device(stream, [&](const Context& context) {
+        return combine_topk_swa_indices(context, b, config, compress_ratio, c, compressed_rows, workspace_rows, k, idx,
+                                        lens);
+      });
     });
   });
   m.def("dequantize_and_gather", [](py::handle pages, int format, float fp8_scale, py::handle seq_lens,
@@ -289,8 +308,10 @@ void bind_metadata(py::module_& m) {
     const TensorView table = t.view(block_table, "block_table");
     const TensorView o = t.view(out, "out", Access::kWrite);
     run_released([&] {
-      return on_cuda(o) ? cuda_dequantize_and_gather(cache, seq, gather, table, offset, o, stream_ptr(stream))
-                        : dequantize_and_gather(cache, seq, gather, table, offset, o);
+      if (!on_cuda(o)) return dequantize_and_gather(cache, seq, gather, table, offset, o);
+      return on_device(stream, [&](const Context& c) {
+        return dequantize_and_gather(c, cache, seq, gather, table, offset, o);
+      });
     });
   });
 }

@@ -10,7 +10,6 @@
 #include <string_view>
 #include <tuple>
 
-#include "src/cuda/current_device.h"
 #include "src/cuda/pack_union.h"
 #include "src/cuda/sparse_attention_params.h"
 
@@ -19,37 +18,8 @@ namespace {
 
 constexpr std::size_t kWorkspaceAlign = 256;
 
-struct DeviceInfo {
-  int ordinal = 0;
-  int sm_count = 0;
-  int smem_optin = 0;
-  int cc_major = 0;
-};
-
 Status cuda_failure(const char* what, cudaError_t error) {
   return internal_error(fmt::format("cuda: {} failed: {}", what, cudaGetErrorString(error)));
-}
-
-Expected<DeviceInfo> current_device_info() {
-  static std::mutex mutex;
-  static std::array<DeviceInfo, 64> cache{};
-  const Expected<int> current = current_device();
-  if (!current) return current.status();
-  const int device = *current;
-  if (device < 0 || device >= static_cast<int>(cache.size())) return unimplemented("cuda: device ordinal above 63");
-  std::lock_guard<std::mutex> lock(mutex);
-  DeviceInfo& info = cache[static_cast<std::size_t>(device)];
-  if (info.sm_count == 0) {
-    info.ordinal = device;
-    cudaError_t error = cudaDeviceGetAttribute(&info.sm_count, cudaDevAttrMultiProcessorCount, device);
-    if (error == cudaSuccess) error = cudaDeviceGetAttribute(&info.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-    if (error == cudaSuccess) error = cudaDeviceGetAttribute(&info.cc_major, cudaDevAttrComputeCapabilityMajor, device);
-    if (error != cudaSuccess) {
-      info.sm_count = 0;
-      return cuda_failure("cudaDeviceGetAttribute", error);
-    }
-  }
-  return info;
 }
 
 struct RingChoice {
@@ -65,7 +35,7 @@ struct RingChoice {
 // shared memories (sm89, sm120): it issues the next tile where two stages would,
 // with one buffer. Depends only on the device and the kernel variant, so it is
 // computed once per pair.
-Expected<RingChoice> choose_ring(const AttentionVariant& variant, LoaderKind kind, const DeviceInfo& device) {
+Expected<RingChoice> choose_ring(const AttentionVariant& variant, LoaderKind kind, const DeviceProperties& device) {
   static std::mutex mutex;
   static std::map<std::tuple<int, int, int, int>, RingChoice> cache;  // the sm90 and portable 64-row variants differ in smem
   const auto key = std::make_tuple(device.ordinal, static_cast<int>(kind), variant.rows, variant.fixed_smem_bytes);
@@ -78,7 +48,7 @@ Expected<RingChoice> choose_ring(const AttentionVariant& variant, LoaderKind kin
   for (int k_buffers = 1; k_buffers <= 2; ++k_buffers) {
     for (int stages = 1; stages <= kMaxKvStages; ++stages) {
       const int smem = variant.smem_bytes(stages, k_buffers);
-      if (smem > device.smem_optin) break;
+      if (smem > device.shared_memory_per_block) break;
       int blocks = 0;
       const cudaError_t error = variant.blocks_per_sm(smem, &blocks);
       if (error != cudaSuccess) return cuda_failure("occupancy query", error);
@@ -116,28 +86,26 @@ constexpr int kDefaultPackMaxRows = 32;
 
 int tile_rows_for(std::int64_t rows) { return rows <= 16 ? 16 : (rows <= 32 ? 32 : 64); }
 
-// SMLA_CUDA_PACK_MAX_ROWS = 0/16/32/64 forces the plain rule (the largest g within
-// that many rows) for A/B runs and tests; unset, packing is tuned.
-PackRule pack_rule_from_environment() {
-  const char* setting = std::getenv("SMLA_CUDA_PACK_MAX_ROWS");
-  if (setting == nullptr) return PackRule{kDefaultPackMaxRows, true};
-  return PackRule{std::clamp(std::atoi(setting), 0, kMaxTileRows), false};
-}
-
 // Prefetching rows into L2 a few tiles ahead (sm90 kernel) pays when they come
 // from device memory: decode-sized grids, measured 5-11% faster on CONFIG1-4
 // (docs/PERF.md). Long prefill launches find their rows in L2 already and lost
-// 12% to the extra requests. SMLA_SM90_PREFETCH=on / off overrides (A/B runs).
+// 12% to the extra requests. TuningOptions::sm90_prefetch overrides (A/B runs).
 constexpr std::int64_t kPrefetchMaxWaves = 4;
 
-bool prefetch_rows_wanted(std::int64_t ctas, std::int64_t slots) {
-  const char* setting = std::getenv("SMLA_SM90_PREFETCH");
-  if (setting != nullptr && std::string_view(setting) == "on") return true;
-  if (setting != nullptr && std::string_view(setting) == "off") return false;
+bool prefetch_rows_wanted(std::int64_t ctas, std::int64_t slots, TuningOptions::Switch setting) {
+  if (setting == TuningOptions::Switch::kOn) return true;
+  if (setting == TuningOptions::Switch::kOff) return false;
   return ctas <= kPrefetchMaxWaves * slots;
 }
 
 }  // namespace
+
+// SMLA_CUDA_PACK_MAX_ROWS / pack_max_rows = 0/16/32/64 forces the plain rule
+// (the largest g within that many rows) for A/B runs and tests.
+PackRule pack_rule(const TuningOptions& tuning) {
+  if (tuning.pack_max_rows < 0) return PackRule{kDefaultPackMaxRows, true};
+  return PackRule{std::clamp(tuning.pack_max_rows, 0, kMaxTileRows), false};
+}
 
 int choose_pack_tokens(std::int64_t num_heads, std::int64_t num_keys, std::int64_t queries_per_request, PackRule rule) {
   if (queries_per_request < 2 || num_heads < 1 || num_heads >= rule.max_rows || num_keys < 1) return 1;
@@ -156,59 +124,90 @@ int choose_pack_tokens(std::int64_t num_heads, std::int64_t num_keys, std::int64
   return static_cast<int>(best);
 }
 
-Expected<AttentionPlan> plan_attention(LoaderKind kind, std::int64_t num_tokens, std::int64_t num_heads,
-                                       std::int64_t num_keys, std::int64_t queries_per_request) {
-  auto device = current_device_info();
-  if (!device) return device.status();
-  AttentionPlan plan;
-  plan.pack_tokens = choose_pack_tokens(num_heads, num_keys, queries_per_request, pack_rule_from_environment());
-  if (num_tokens % plan.pack_tokens != 0) plan.pack_tokens = 1;  // validation makes s_q divide T
-  if (plan.pack_tokens > 1 &&
-      pack_union_smem_bytes(static_cast<int>(plan.pack_tokens * num_keys)) > static_cast<std::size_t>(device->smem_optin)) {
-    plan.pack_tokens = 1;
+namespace {
+
+// Tokens packed per CTA: the rule's choice when the group divides T and its
+// key union fits the device's shared memory.
+int packed_tokens(const AttentionShape& shape, const DeviceProperties& device, const TuningOptions& tuning) {
+  const int g = choose_pack_tokens(shape.num_heads, shape.num_keys, shape.queries_per_request, pack_rule(tuning));
+  if (shape.num_tokens % g != 0) return 1;  // validation makes s_q divide T
+  if (g > 1 && pack_union_smem_bytes(static_cast<int>(g * shape.num_keys)) >
+                   static_cast<std::size_t>(device.shared_memory_per_block)) {
+    return 1;
   }
-  // The smallest tile that holds every head (times the packed tokens; up to 64
-  // rows per CTA), shrunk further when the device's shared memory cannot hold it.
-  const std::int64_t tile_rows = num_heads * plan.pack_tokens;
-  int rows = tile_rows_for(tile_rows);
-  // 17-32 heads on an sm90 device, tokens within one wave of 64-row CTAs: the sm90
-  // kernel with its padding rows beats two 32-row CTAs a token (docs/PERF.md, TP-h32).
-  if (rows == 32 && plan.pack_tokens == 1 && num_tokens <= device->sm_count && sm90_attention_usable()) rows = 64;
-  for (;; rows /= 2) {
-    // Packed tiles map rows to (token, head) the way the portable kernel does, so they always use it.
-    plan.variant = attention_variant(kind, rows, /*portable_only=*/plan.pack_tokens > 1);
-    if (plan.variant.smem_bytes(1, 1) <= device->smem_optin) break;
-    plan.pack_tokens = 1;  // a smaller tile no longer holds the packed rows
+  return g;
+}
+
+// The portable kernel's tile: the smallest that holds every head (times the
+// packed tokens; up to 64 rows per CTA), shrunk while the device's shared
+// memory cannot hold it (which also ends packing).
+Status choose_portable_tile(LoaderKind kind, std::int64_t num_heads, const DeviceProperties& device,
+                            AttentionPlan* plan) {
+  for (int rows = tile_rows_for(num_heads * plan->pack_tokens);; rows /= 2) {
+    plan->variant = attention_variant(kind, rows);
+    if (plan->variant.smem_bytes(1, 1) <= device.shared_memory_per_block) return Status::Ok();
+    plan->pack_tokens = 1;
     if (rows == 16) {
       return unimplemented(fmt::format("cuda: the attention kernel needs {} B of shared memory per block, the device "
                                        "allows {} B",
-                                       plan.variant.smem_bytes(1, 1), device->smem_optin));
+                                       plan->variant.smem_bytes(1, 1), device.shared_memory_per_block));
     }
   }
-  auto ring = choose_ring(plan.variant, kind, *device);
+}
+
+std::size_t planned_workspace_bytes(const AttentionPlan& plan, const AttentionShape& shape) {
+  std::size_t bytes = 0;
+  if (plan.num_splits > 1) {
+    bytes = partial_out_bytes(plan, shape.num_tokens, shape.num_heads) +
+            2 * partial_stat_bytes(plan, shape.num_tokens, shape.num_heads);
+  }
+  if (plan.pack_tokens > 1) bytes += pack_keys_bytes(plan, shape.num_tokens) + pack_counts_bytes(plan, shape.num_tokens);
+  return bytes;
+}
+
+}  // namespace
+
+bool sm90_tiles_preferred(const AttentionShape& shape, const DeviceProperties& device, const TuningOptions& tuning) {
+  if (shape.num_heads > 32) return true;
+  return shape.num_heads > 16 && shape.num_tokens <= device.multiprocessors && packed_tokens(shape, device, tuning) == 1;
+}
+
+Expected<AttentionPlan> plan_attention(KernelFamily family, const AttentionShape& shape, const DeviceProperties& device,
+                                       const TuningOptions& tuning) {
+  AttentionPlan plan;
+  plan.flags = LaunchFlags{tuning.sm90_pair_head_blocks, tuning.sm90_token_major};
+  int rows = kMaxTileRows;
+  if (family == KernelFamily::kSm90) {
+    plan.variant = sm90_attention_variant(shape.kind);
+    if (plan.variant.smem_bytes(1, 1) > device.shared_memory_per_block) {
+      return unimplemented(fmt::format("cuda.sm90: the kernel needs {} B of shared memory per block, the device allows {} B",
+                                       plan.variant.smem_bytes(1, 1), device.shared_memory_per_block));
+    }
+  } else {
+    plan.pack_tokens = packed_tokens(shape, device, tuning);
+    SMLA_RETURN_IF_ERROR(choose_portable_tile(shape.kind, shape.num_heads, device, &plan));
+    rows = plan.variant.rows;
+  }
+  auto ring = choose_ring(plan.variant, shape.kind, device);
   if (!ring) return ring.status();
   plan.kv_stages = ring->stages;
   plan.k_buffers = ring->k_buffers;
   plan.smem_bytes = plan.variant.smem_bytes(plan.kv_stages, plan.k_buffers);
-  plan.head_blocks = static_cast<int>((num_heads + rows - 1) / rows);
+  plan.head_blocks = static_cast<int>((shape.num_heads + rows - 1) / rows);
 
   // Split the keys only when the (token, head block) grid leaves SMs idle, and
   // never into more pieces than there are 32-key tiles.
-  const int blocks_per_sm = ring->blocks_per_sm;
-  const std::int64_t slots = static_cast<std::int64_t>(device->sm_count) * std::max(blocks_per_sm, 1);
+  const std::int64_t slots = static_cast<std::int64_t>(device.multiprocessors) * std::max(ring->blocks_per_sm, 1);
   if (plan.pack_tokens > 1) {
     plan.head_blocks = 1;
-    plan.pack_capacity = static_cast<int>(plan.pack_tokens * num_keys);
+    plan.pack_capacity = static_cast<int>(plan.pack_tokens * shape.num_keys);
   }
-  const std::int64_t blocks = std::max<std::int64_t>(num_tokens / plan.pack_tokens * plan.head_blocks, 1);
-  const std::int64_t tiles = std::max<std::int64_t>((num_keys + kKeysPerTile - 1) / kKeysPerTile, 1);
+  const std::int64_t blocks = std::max<std::int64_t>(shape.num_tokens / plan.pack_tokens * plan.head_blocks, 1);
+  const std::int64_t tiles = std::max<std::int64_t>((shape.num_keys + kKeysPerTile - 1) / kKeysPerTile, 1);
   plan.num_splits = static_cast<int>(std::clamp<std::int64_t>(std::min(slots / blocks, tiles), 1, kMaxSplits));
-  plan.prefetch_rows = prefetch_rows_wanted(blocks * plan.num_splits, slots);
-  plan.chain_combine = plan.num_splits > 1 && device->cc_major >= 9;
-  if (plan.num_splits > 1) {
-    plan.workspace_bytes = partial_out_bytes(plan, num_tokens, num_heads) + 2 * partial_stat_bytes(plan, num_tokens, num_heads);
-  }
-  if (plan.pack_tokens > 1) plan.workspace_bytes += pack_keys_bytes(plan, num_tokens) + pack_counts_bytes(plan, num_tokens);
+  plan.prefetch_rows = prefetch_rows_wanted(blocks * plan.num_splits, slots, tuning.sm90_prefetch);
+  plan.chain_combine = plan.num_splits > 1 && device.compute_capability >= 90;
+  plan.workspace_bytes = planned_workspace_bytes(plan, shape);
   return plan;
 }
 
@@ -243,7 +242,7 @@ Status launch_planned_attention(const AttentionPlan& plan, SparseAttentionParams
   }
   const dim3 grid(static_cast<unsigned>(params.num_tokens / plan.pack_tokens), static_cast<unsigned>(plan.head_blocks),
                   static_cast<unsigned>(plan.num_splits));
-  error = plan.variant.launch(params, grid, plan.smem_bytes, stream);
+  error = plan.variant.launch(params, grid, plan.smem_bytes, plan.flags, stream);
   if (error != cudaSuccess) return cuda_failure("attention kernel launch", error);
   if (plan.num_splits > 1) {
     error = launch_split_combine(params, plan.chain_combine, stream);

@@ -5,13 +5,18 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "smla/context.h"
 #include "smla/status.h"
 #include "src/cuda/sparse_attention_launch.h"
 
 namespace smla::cuda {
 
+// The two kernel families, each a registry row (src/cuda/cuda_attention.cc).
+enum class KernelFamily { kPortable, kSm90 };
+
 struct AttentionPlan {
   AttentionVariant variant;
+  LaunchFlags flags;
   int kv_stages = 1;
   int k_buffers = 1;
   int smem_bytes = 0;
@@ -26,11 +31,28 @@ struct AttentionPlan {
   std::size_t workspace_bytes = 0;
 };
 
-// num_keys = main width + extra width (the most keys any token can attend).
-// queries_per_request (s_q, divides num_tokens) lets heads below 64 share a CTA
-// with the same request's other tokens (SparseDecodeArgs::queries_per_request).
-Expected<AttentionPlan> plan_attention(LoaderKind kind, std::int64_t num_tokens, std::int64_t num_heads,
-                                       std::int64_t num_keys, std::int64_t queries_per_request = 1);
+// One attention call's shapes. num_keys = main width + extra width (the most
+// keys any token can attend). queries_per_request (s_q, divides num_tokens)
+// lets heads below 64 share a CTA with the same request's other tokens
+// (SparseDecodeArgs::queries_per_request).
+struct AttentionShape {
+  LoaderKind kind = LoaderKind::kV4Fp8;
+  std::int64_t num_tokens = 0;
+  std::int64_t num_heads = 0;
+  std::int64_t num_keys = 0;
+  std::int64_t queries_per_request = 1;
+};
+
+// The layout of a call on `device`. kSm90 runs every head block as a 64-row
+// tile of the sm90 kernel (no packing); kPortable picks 16/32/64-row tiles of
+// the portable kernel and may pack MTP tokens.
+Expected<AttentionPlan> plan_attention(KernelFamily family, const AttentionShape& shape, const DeviceProperties& device,
+                                       const TuningOptions& tuning);
+
+// Whether the sm90 kernel's 64-row tiles are the better layout for the shape:
+// more than 32 heads, or 17-32 heads within one wave of CTAs (the padding rows
+// beat two 32-row CTAs per token; docs/PERF.md, TP-h32), and no packing.
+bool sm90_tiles_preferred(const AttentionShape& shape, const DeviceProperties& device, const TuningOptions& tuning);
 
 struct PackRule {
   int max_rows = 32;                 // g * num_heads stays within this many rows (<= 64)
@@ -45,6 +67,8 @@ struct PackRule {
 // H100: packing full 16-row tiles into 32-row ones was 0.89-1.19x unpacked).
 int choose_pack_tokens(std::int64_t num_heads, std::int64_t num_keys, std::int64_t queries_per_request,
                        PackRule rule = {});
+// The rule TuningOptions::pack_max_rows asks for (-1: the tuned default).
+PackRule pack_rule(const TuningOptions& tuning);
 
 // Points the split partials and the packed union of `params` into `workspace` (plan.workspace_bytes long).
 void assign_workspace(const AttentionPlan& plan, void* workspace, SparseAttentionParams* params);

@@ -1,5 +1,6 @@
-// Public CUDA entry points (smla/cuda.h): validation, params from the tensor
-// views, planning and launch. No allocation and no host synchronization here.
+// The CUDA attention implementations ("cuda.sm90", "cuda.portable"): their
+// registry rows, plans from shapes, kernel params from the validated views and
+// the launch. No allocation and no host synchronization here.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -7,13 +8,15 @@
 #include <cstdint>
 #include <limits>
 
-#include "smla/cuda.h"
+#include "smla/attention.h"
 #include "src/core/attention_validate.h"
-#include "src/cuda/current_device.h"
 #include "src/cuda/attention_plan.h"
+#include "src/cuda/current_device.h"
 #include "src/cuda/sparse_attention_params.h"
+#include "src/runtime/op_tables.h"
+#include "src/runtime/registry_internal.h"
 
-namespace smla {
+namespace smla::runtime {
 namespace {
 
 using cuda::AttentionPlan;
@@ -102,18 +105,25 @@ void set_query(const TensorView& q, const TensorView& sink, float softmax_scale,
   p->softmax_scale = softmax_scale;
 }
 
-struct PreparedCall {
-  SparseAttentionParams params;
-  AttentionPlan plan;
-};
+LoaderKind loader_for(const Problem& problem) {
+  if (problem.op == Op::kSparseDecode) return loader_for(*problem.format);
+  return problem.d_qk == 512 ? LoaderKind::kBf16Rows512 : LoaderKind::kBf16Rows576;
+}
 
-Expected<PreparedCall> prepare_decode(const SparseDecodeArgs& args) {
-  auto shape = detail::validate_sparse_decode(args, DeviceKind::kCuda);
-  if (!shape) return shape.status().with_context("cuda_sparse_decode: ");
-  if (shape->num_tokens > INT32_MAX) return invalid_argument("q", "at most 2^31-1 tokens", std::to_string(shape->num_tokens));
-  SMLA_RETURN_IF_ERROR(cuda::check_on_current_device(args.q.device.index, "q"));
-  PreparedCall call;
-  SparseAttentionParams& p = call.params;
+// Tensors on the context's device, which is the calling thread's current one.
+Status check_device(const Context& context, const TensorView& q) {
+  auto current = cuda::current_device();
+  if (!current) return current.status();
+  if (*current != context.device().ordinal) {
+    return invalid_argument("context", fmt::format("the current device cuda:{}", *current),
+                            fmt::format("a context of cuda:{}", context.device().ordinal));
+  }
+  return cuda::check_on_current_device(q.device.index, "q");
+}
+
+Expected<SparseAttentionParams> decode_params(const SparseDecodeArgs& args, const detail::DecodeShape& shape) {
+  if (shape.num_tokens > INT32_MAX) return invalid_argument("q", "at most 2^31-1 tokens", std::to_string(shape.num_tokens));
+  SparseAttentionParams p;
   set_query(args.q, args.sink, args.softmax_scale, &p);
   auto main_source = source_params("main_cache", args.main_cache, args.main_indices, args.main_lengths);
   if (!main_source) return main_source.status();
@@ -125,38 +135,23 @@ Expected<PreparedCall> prepare_decode(const SparseDecodeArgs& args) {
     p.num_sources = 2;
   }
   set_outputs(args.out, args.lse, &p);
-  const std::int64_t keys = shape->main_topk + (args.extra_cache.has_value() ? shape->extra_topk : 0);
-  auto plan = cuda::plan_attention(loader_for(args.main_cache.format), shape->num_tokens, shape->num_heads, keys,
-                                   args.queries_per_request);
-  if (!plan) return plan.status();
-  call.plan = *plan;
-  return call;
+  return p;
 }
 
-Expected<PreparedCall> prepare_prefill(const SparsePrefillArgs& args) {
-  auto shape = detail::validate_sparse_prefill(args, DeviceKind::kCuda);
-  if (!shape) return shape.status().with_context("cuda_sparse_prefill: ");
-  if (shape->d_v != cuda::kValueDim) {
-    return unimplemented(fmt::format("cuda_sparse_prefill: d_v {} (the cuda backend supports d_v = 512)", shape->d_v));
-  }
-  if (shape->d_qk != 512 && shape->d_qk != 576) {
-    return unimplemented(fmt::format("cuda_sparse_prefill: d_qk {} (the cuda backend supports 512 and 576)", shape->d_qk));
-  }
-  if (shape->num_queries > INT32_MAX) return invalid_argument("q", "at most 2^31-1 queries", std::to_string(shape->num_queries));
-  SMLA_RETURN_IF_ERROR(cuda::check_on_current_device(args.q.device.index, "q"));
-  PreparedCall call;
-  SparseAttentionParams& p = call.params;
+Expected<SparseAttentionParams> prefill_params(const SparsePrefillArgs& args, const detail::PrefillShape& shape) {
+  if (shape.num_queries > INT32_MAX) return invalid_argument("q", "at most 2^31-1 queries", std::to_string(shape.num_queries));
+  SparseAttentionParams p;
   set_query(args.q, args.sink, args.softmax_scale, &p);
   // The flat workspace is one page of s_kv rows.
   KvSourceParams& src = p.source[0];
   src.pages = static_cast<const std::uint8_t*>(args.kv.data);
   src.page_stride_bytes = 0;
   src.row_stride_bytes = stride_bytes(args.kv, 0);
-  src.page_size = shape->num_kv > 0 ? shape->num_kv : 1;
-  src.num_slots = shape->num_kv > INT32_MAX ? INT32_MAX : shape->num_kv;
+  src.page_size = shape.num_kv > 0 ? shape.num_kv : 1;
+  src.num_slots = shape.num_kv > INT32_MAX ? INT32_MAX : shape.num_kv;
   src.indices = static_cast<const std::int32_t*>(args.indices.data);
   src.stride_indices_t = args.indices.stride[0];
-  src.topk = static_cast<int>(shape->topk);
+  src.topk = static_cast<int>(shape.topk);
   if (args.topk_length.present()) {
     src.lengths = static_cast<const std::int32_t*>(args.topk_length.data);
     src.stride_lengths_t = args.topk_length.stride[0];
@@ -168,49 +163,91 @@ Expected<PreparedCall> prepare_prefill(const SparsePrefillArgs& args) {
     p.stride_max_t = args.max_logits.stride[0];
     p.stride_max_h = args.max_logits.stride[1];
   }
-  const LoaderKind kind = shape->d_qk == 512 ? LoaderKind::kBf16Rows512 : LoaderKind::kBf16Rows576;
-  auto plan = cuda::plan_attention(kind, shape->num_queries, shape->num_heads, shape->topk);
-  if (!plan) return plan.status();
-  call.plan = *plan;
-  return call;
+  return p;
 }
 
-Status run_prepared(PreparedCall& call, void* workspace, std::size_t workspace_bytes, void* stream) {
-  if (workspace_bytes < call.plan.workspace_bytes) {
-    return invalid_argument("workspace_bytes", fmt::format(">= {} (the *_workspace_size query)", call.plan.workspace_bytes),
-                            std::to_string(workspace_bytes));
-  }
-  if (call.plan.workspace_bytes > 0 && (workspace == nullptr || !aligned(workspace, 256))) {
-    return invalid_argument("workspace", "a 256-byte aligned device pointer", fmt::format("{}", workspace));
-  }
-  cuda::assign_workspace(call.plan, workspace, &call.params);
-  return cuda::launch_planned_attention(call.plan, call.params, static_cast<cudaStream_t>(stream));
+cuda::AttentionShape attention_shape(const Problem& problem) {
+  return {loader_for(problem), problem.tokens, problem.heads, problem.keys, problem.queries_per_request};
+}
+
+std::string plan_description(const AttentionPlan& plan) {
+  std::string text = fmt::format("{}-row tiles x {} head blocks, {} splits, {} stages, {} K buffers, {} B shared memory",
+                                 plan.variant.rows, plan.head_blocks, plan.num_splits, plan.kv_stages, plan.k_buffers,
+                                 plan.smem_bytes);
+  if (plan.pack_tokens > 1) text += fmt::format(", {} tokens packed per CTA", plan.pack_tokens);
+  if (plan.prefetch_rows) text += ", L2 prefetch";
+  return text + fmt::format(", {} B scratch", plan.workspace_bytes);
+}
+
+template <cuda::KernelFamily kFamily>
+Expected<PlanState> plan_family(const Context& context, const Problem& problem) {
+  auto plan = cuda::plan_attention(kFamily, attention_shape(problem), context.device(), context.tuning());
+  if (!plan) return plan.status();
+  PlanState state;
+  state.workspace_bytes = plan->workspace_bytes;
+  state.description = plan_description(*plan);
+  state.data = std::make_shared<const AttentionPlan>(*plan);
+  return state;
+}
+
+Status launch(const Context& context, const PlanState& state, SparseAttentionParams params, void* scratch) {
+  const auto& plan = *static_cast<const AttentionPlan*>(state.data.get());
+  cuda::assign_workspace(plan, scratch, &params);
+  return cuda::launch_planned_attention(plan, params, static_cast<cudaStream_t>(context.stream()));
+}
+
+Status run_decode(const Context& context, const PlanState& state, const SparseDecodeArgs& args,
+                  const detail::DecodeShape& shape, void* scratch) {
+  SMLA_RETURN_IF_ERROR(check_device(context, args.q));
+  auto params = decode_params(args, shape);
+  if (!params) return params.status();
+  return launch(context, state, *params, scratch);
+}
+
+Status run_prefill(const Context& context, const PlanState& state, const SparsePrefillArgs& args,
+                   const detail::PrefillShape& shape, void* scratch) {
+  SMLA_RETURN_IF_ERROR(check_device(context, args.q));
+  auto params = prefill_params(args, shape);
+  if (!params) return params.status();
+  return launch(context, state, *params, scratch);
+}
+
+bool prefers_sm90_tiles(const Context& context, const Problem& problem) {
+  return cuda::sm90_tiles_preferred(attention_shape(problem), context.device(), context.tuning());
+}
+
+using DecodeFunctions = PlannedFunctions<SparseDecodeArgs, detail::DecodeShape>;
+using PrefillFunctions = PlannedFunctions<SparsePrefillArgs, detail::PrefillShape>;
+constexpr DecodeFunctions kPortableDecode{&plan_family<cuda::KernelFamily::kPortable>, &run_decode};
+constexpr PrefillFunctions kPortablePrefill{&plan_family<cuda::KernelFamily::kPortable>, &run_prefill};
+constexpr DecodeFunctions kSm90Decode{&plan_family<cuda::KernelFamily::kSm90>, &run_decode};
+constexpr PrefillFunctions kSm90Prefill{&plan_family<cuda::KernelFamily::kSm90>, &run_prefill};
+
+// Both kernels read every format; prefill's flat workspace holds bf16 rows of d_qk 512 or 576.
+// queries_per_request is a hint either serves: only the portable kernel packs tokens.
+Capabilities cuda_capabilities(int min_sm, int max_sm) {
+  Capabilities caps;
+  caps.d_qk = {512, 576};
+  caps.d_v = {static_cast<int>(cuda::kValueDim)};
+  caps.min_compute_capability = min_sm;
+  caps.max_compute_capability = max_sm;
+  return caps;
 }
 
 }  // namespace
 
-Expected<std::size_t> cuda_sparse_decode_workspace_size(const SparseDecodeArgs& args) {
-  auto call = prepare_decode(args);
-  if (!call) return call.status();
-  return call->plan.workspace_bytes;
+void add_cuda_attention_entries(std::vector<Entry>& rows) {
+  constexpr std::string_view kPortable = "sm80+ kernel: mma.sync, cp.async rows, split-KV, packed MTP tiles";
+  constexpr std::string_view kSm90 = "sm_90a kernel: wgmma, warp-specialised, 64-row tiles, CTA pairs";
+  rows.push_back({{Op::kSparseDecode, "cuda.portable", Backend::kCuda, 0, cuda_capabilities(80, 0), kPortable},
+                  nullptr, &kPortableDecode});
+  rows.push_back({{Op::kSparsePrefill, "cuda.portable", Backend::kCuda, 0, cuda_capabilities(80, 0), kPortable},
+                  nullptr, &kPortablePrefill});
+  if (!cuda::sm90_kernels_built()) return;
+  rows.push_back({{Op::kSparseDecode, "cuda.sm90", Backend::kCuda, 10, cuda_capabilities(90, 90), kSm90},
+                  &prefers_sm90_tiles, &kSm90Decode});
+  rows.push_back({{Op::kSparsePrefill, "cuda.sm90", Backend::kCuda, 10, cuda_capabilities(90, 90), kSm90},
+                  &prefers_sm90_tiles, &kSm90Prefill});
 }
 
-Status cuda_sparse_decode(const SparseDecodeArgs& args, void* workspace, std::size_t workspace_bytes, void* stream) {
-  auto call = prepare_decode(args);
-  if (!call) return call.status();
-  return run_prepared(*call, workspace, workspace_bytes, stream);
-}
-
-Expected<std::size_t> cuda_sparse_prefill_workspace_size(const SparsePrefillArgs& args) {
-  auto call = prepare_prefill(args);
-  if (!call) return call.status();
-  return call->plan.workspace_bytes;
-}
-
-Status cuda_sparse_prefill(const SparsePrefillArgs& args, void* workspace, std::size_t workspace_bytes, void* stream) {
-  auto call = prepare_prefill(args);
-  if (!call) return call.status();
-  return run_prepared(*call, workspace, workspace_bytes, stream);
-}
-
-}  // namespace smla
+}  // namespace smla::runtime

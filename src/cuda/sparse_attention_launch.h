@@ -11,12 +11,19 @@ namespace smla::cuda {
 // Which row loader the kernel is built with; each format maps to one.
 enum class LoaderKind { kV4Fp8, kV32Fp8, kBf16Rows512, kBf16Rows576, kFp8Rows };
 
+// Launch-time choices of the sm90 kernel (TuningOptions); the portable kernel has none.
+struct LaunchFlags {
+  bool pair_head_blocks = true;  // h_q 65..128: the two head blocks of a token as a CTA pair
+  bool token_major = true;       // a token's head blocks start together
+};
+
 struct AttentionVariant {
   int rows = 0;              // query heads per CTA (16, 32 or 64)
   int fixed_smem_bytes = 0;     // dynamic shared memory besides the raw KV ring and a second K tile
   int stage_smem_bytes = 0;     // shared memory of one raw KV stage
   int k_buffer_smem_bytes = 0;  // shared memory of one expanded K tile
-  cudaError_t (*launch)(const SparseAttentionParams& params, dim3 grid, int smem_bytes, cudaStream_t stream) = nullptr;
+  cudaError_t (*launch)(const SparseAttentionParams& params, dim3 grid, int smem_bytes, const LaunchFlags& flags,
+                        cudaStream_t stream) = nullptr;
   cudaError_t (*blocks_per_sm)(int smem_bytes, int* blocks) = nullptr;
 
   int smem_bytes(int stages, int k_buffers) const {
@@ -31,14 +38,13 @@ AttentionVariant attention_variant_bf16_512(int rows);
 AttentionVariant attention_variant_bf16_576(int rows);
 AttentionVariant attention_variant_fp8_rows(int rows);
 
-// The Hopper kernel (src/cuda/sm90) replaces the portable one for 64-head tiles where it can run.
-bool sm90_attention_usable();
+// The Hopper kernel (src/cuda/sm90): 64-row tiles of one token's heads, wgmma.
+// Built only when the build's architectures include sm_90a.
+bool sm90_kernels_built();
 AttentionVariant sm90_attention_variant(LoaderKind kind);
 
-// portable_only: tiles whose rows are not (one token x heads), e.g. packed MTP
-// tokens, which only the portable kernel maps.
-inline AttentionVariant attention_variant(LoaderKind kind, int rows, bool portable_only = false) {
-  if (rows == 64 && !portable_only && sm90_attention_usable()) return sm90_attention_variant(kind);
+// The portable kernel's variant with the smallest tile of 16, 32 or 64 rows that holds `rows`.
+inline AttentionVariant attention_variant(LoaderKind kind, int rows) {
   switch (kind) {
     case LoaderKind::kV4Fp8: return attention_variant_v4(rows);
     case LoaderKind::kV32Fp8: return attention_variant_v32(rows);

@@ -14,7 +14,8 @@ cudaError_t set_smem_limit(int smem_bytes) {
 }
 
 template <class Loader, int kRows>
-cudaError_t launch_attention(const SparseAttentionParams& params, dim3 grid, int smem_bytes, cudaStream_t stream) {
+cudaError_t launch_attention(const SparseAttentionParams& params, dim3 grid, int smem_bytes, const LaunchFlags& /*flags*/,
+                             cudaStream_t stream) {
   const cudaError_t status = set_smem_limit<Loader, kRows>(smem_bytes);
   if (status != cudaSuccess) return status;
   sparse_attention_kernel<Loader, kRows><<<grid, kAttentionThreads, smem_bytes, stream>>>(params);

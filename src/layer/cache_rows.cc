@@ -6,14 +6,25 @@
 
 namespace smla::layer_detail {
 
-Status validate_row_cache_512(const KvCacheView& cache, std::string_view name) {
+Status validate_row_cache_512(const KvCacheView& cache, std::string_view name, DeviceKind device) {
   SMLA_RETURN_IF_ERROR(validate_kv_cache(cache, name));
-  if (cache.pages.device.kind != DeviceKind::kCpu) return invalid_argument(name, "a cpu cache", cache.pages.describe());
+  if (cache.pages.device.kind != device) {
+    return invalid_argument(name, fmt::format("a {} cache", device_kind_name(device)), cache.pages.describe());
+  }
   if (kv_format_info(cache.format).head_dim != V4Fp8Format::kHeadDim) {
     return invalid_argument(name, "a 512-dim DeepSeek-V4 format (v4-fp8, bf16-rows, fp8-rows)",
                             kv_format_name(cache.format));
   }
   return Status::Ok();
+}
+
+Status check_indexer_cache(const IndexerCacheView& cache, std::string_view name, DeviceKind device) {
+  if (cache.pages.present() && cache.pages.device.kind != device) {
+    return invalid_argument(name, fmt::format("a {} tensor", device_kind_name(device)), cache.pages.describe());
+  }
+  IndexerCacheView metadata = cache;  // validate_indexer_cache reads shapes and strides of a cpu view
+  metadata.pages.device = Device{};
+  return validate_indexer_cache(metadata, name);
 }
 
 Status check_slots(const TensorView& slots, std::string_view name, std::int64_t num_slots) {

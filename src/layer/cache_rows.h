@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "smla/indexer_cache.h"
 #include "smla/kv_format.h"
 #include "src/core/kv_rows.h"
 
@@ -51,8 +52,13 @@ inline void load_row_512(const KvCacheView& cache, std::int64_t slot, float* out
   }
 }
 
-// validate_kv_cache plus: the format's rows are the 512-dim V4 vector.
-Status validate_row_cache_512(const KvCacheView& cache, std::string_view name);
+// validate_kv_cache plus: pages on device kind `device`, the format's rows are
+// the 512-dim V4 vector.
+Status validate_row_cache_512(const KvCacheView& cache, std::string_view name,
+                              DeviceKind device = DeviceKind::kCpu);
+
+// validate_indexer_cache for pages on device kind `device`.
+Status check_indexer_cache(const IndexerCacheView& cache, std::string_view name, DeviceKind device);
 
 // Every slot in [-1, num_slots). `slots` is a checked index vector.
 Status check_slots(const TensorView& slots, std::string_view name, std::int64_t num_slots);

@@ -5,7 +5,7 @@
 
 #include "smla/compressor.h"
 #include "src/layer/checks.h"
-#include "src/layer/layer_backend.h"
+#include "src/layer/layer_ops.h"
 
 namespace smla::layer_detail {
 

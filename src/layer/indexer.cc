@@ -7,7 +7,8 @@
 #include <cstdint>
 
 #include "src/layer/checks.h"
-#include "src/layer/layer_backend.h"
+#include "src/layer/cache_rows.h"
+#include "src/layer/layer_ops.h"
 
 namespace smla {
 
@@ -15,30 +16,9 @@ using namespace layer_detail;
 
 namespace {
 
-Expected<IndexerQueryShape> validate_query(const IndexerQueryArgs& args) {
-  if (args.rope == nullptr) return invalid_argument("rope", "a RopeTable", "nullptr");
-  SMLA_RETURN_IF_ERROR(
-      check_tensor(args.q, "q", {DType::kF32, DType::kBF16}, {kAnyExtent, kAnyExtent, kIndexerHeadDim}));
-  IndexerQueryShape shape{args.q.shape[0], args.q.shape[1]};
-  if (shape.heads < 1) return invalid_argument("q", "at least one head", args.q.shape_string());
-  SMLA_RETURN_IF_ERROR(check_tensor(args.weights, "weights", {DType::kF32}, {shape.tokens, shape.heads}));
-  SMLA_RETURN_IF_ERROR(check_index_vector(args.positions, "positions", shape.tokens));
-  SMLA_RETURN_IF_ERROR(check_positions(args.positions, "positions", args.rope->max_positions()));
-  SMLA_RETURN_IF_ERROR(check_tensor(args.q_fp8, "q_fp8", {DType::kE4M3}, {shape.tokens, shape.heads, kIndexerHeadDim}));
-  SMLA_RETURN_IF_ERROR(check_tensor(args.head_weights, "head_weights", {DType::kF32}, {shape.tokens, shape.heads}));
-  return shape;
-}
-
-Expected<IndexerTopkShape> validate_topk(const IndexerTopkArgs& args) {
-  SMLA_RETURN_IF_ERROR(
-      check_tensor(args.q_fp8, "q_fp8", {DType::kE4M3}, {kAnyExtent, kAnyExtent, kIndexerHeadDim}));
-  IndexerTopkShape shape{args.q_fp8.shape[0], args.q_fp8.shape[1], 0, false};
-  SMLA_RETURN_IF_ERROR(check_tensor(args.head_weights, "head_weights", {DType::kF32}, {shape.tokens, shape.heads}));
-  SMLA_RETURN_IF_ERROR(check_index_vector(args.positions, "positions", shape.tokens));
-  SMLA_RETURN_IF_ERROR(check_index_vector(args.token_to_request, "token_to_request", shape.tokens));
-  SMLA_RETURN_IF_ERROR(check_tensor(args.topk_indices, "topk_indices", {DType::kI32}, {shape.tokens, kAnyExtent}));
-  shape.top_k = args.topk_indices.shape[1];
-  if (shape.top_k < 1) return invalid_argument("topk_indices", "k >= 1 columns", args.topk_indices.shape_string());
+// Host topk: the shortcut decision from the positions, then (without it) every
+// request row, block-table column and page the scoring reads.
+Status check_topk_values(const IndexerTopkArgs& args, IndexerTopkShape& shape) {
   std::int64_t max_position = -1;
   for (std::int64_t t = 0; t < shape.tokens; ++t) {
     const std::int64_t p = read_index(args.positions, t);
@@ -51,14 +31,10 @@ Expected<IndexerTopkShape> validate_topk(const IndexerTopkArgs& args) {
                             std::to_string(max_seq_len));
   }
   shape.short_context = args.allow_short_context && max_seq_len / kIndexerRatio <= shape.top_k;
-  if (shape.short_context) return shape;
-
+  if (shape.short_context) return Status::Ok();
   SMLA_RETURN_IF_ERROR(validate_indexer_cache(args.key_cache, "key_cache"));
+  SMLA_RETURN_IF_ERROR(check_block_table(args.block_table, "block_table"));
   const TensorView& table = args.block_table;
-  if (!table.present() || table.rank != 2 || table.dtype != DType::kI32 || table.device.kind != DeviceKind::kCpu ||
-      table.stride[0] < 0 || table.stride[1] < 0) {
-    return invalid_argument("block_table", "a cpu i32 table [R, max_blocks]", table.present() ? table.describe() : "absent");
-  }
   const std::int64_t page = args.key_cache.page_size();
   for (std::int64_t t = 0; t < shape.tokens; ++t) {
     const std::int64_t entries = (read_index(args.positions, t) + 1) / kIndexerRatio;
@@ -81,22 +57,84 @@ Expected<IndexerTopkShape> validate_topk(const IndexerTopkArgs& args) {
       }
     }
   }
-  return shape;
+  return Status::Ok();
 }
 
 }  // namespace
 
+Expected<IndexerQueryShape> layer_detail::validate_indexer_query(const IndexerQueryArgs& args, DeviceKind device) {
+  if (args.rope == nullptr) return invalid_argument("rope", "a RopeTable", "nullptr");
+  SMLA_RETURN_IF_ERROR(
+      check_tensor(args.q, "q", {DType::kF32, DType::kBF16}, {kAnyExtent, kAnyExtent, kIndexerHeadDim}, device));
+  IndexerQueryShape shape{args.q.shape[0], args.q.shape[1]};
+  if (shape.heads < 1) return invalid_argument("q", "at least one head", args.q.shape_string());
+  SMLA_RETURN_IF_ERROR(check_tensor(args.weights, "weights", {DType::kF32}, {shape.tokens, shape.heads}, device));
+  SMLA_RETURN_IF_ERROR(check_index_vector(args.positions, "positions", shape.tokens, device));
+  if (device == DeviceKind::kCpu) {
+    SMLA_RETURN_IF_ERROR(check_positions(args.positions, "positions", args.rope->max_positions()));
+  }
+  SMLA_RETURN_IF_ERROR(
+      check_tensor(args.q_fp8, "q_fp8", {DType::kE4M3}, {shape.tokens, shape.heads, kIndexerHeadDim}, device));
+  SMLA_RETURN_IF_ERROR(
+      check_tensor(args.head_weights, "head_weights", {DType::kF32}, {shape.tokens, shape.heads}, device));
+  return shape;
+}
+
+Expected<IndexerTopkShape> layer_detail::validate_indexer_topk(const IndexerTopkArgs& args, DeviceKind device) {
+  SMLA_RETURN_IF_ERROR(
+      check_tensor(args.q_fp8, "q_fp8", {DType::kE4M3}, {kAnyExtent, kAnyExtent, kIndexerHeadDim}, device));
+  IndexerTopkShape shape{args.q_fp8.shape[0], args.q_fp8.shape[1], 0, false, 0};
+  SMLA_RETURN_IF_ERROR(
+      check_tensor(args.head_weights, "head_weights", {DType::kF32}, {shape.tokens, shape.heads}, device));
+  SMLA_RETURN_IF_ERROR(check_index_vector(args.positions, "positions", shape.tokens, device));
+  SMLA_RETURN_IF_ERROR(check_index_vector(args.token_to_request, "token_to_request", shape.tokens, device));
+  SMLA_RETURN_IF_ERROR(
+      check_tensor(args.topk_indices, "topk_indices", {DType::kI32}, {shape.tokens, kAnyExtent}, device));
+  shape.top_k = args.topk_indices.shape[1];
+  if (shape.top_k < 1) return invalid_argument("topk_indices", "k >= 1 columns", args.topk_indices.shape_string());
+  if (device == DeviceKind::kCpu) {
+    SMLA_RETURN_IF_ERROR(check_topk_values(args, shape));
+    return shape;
+  }
+  // The device takes the shortcut per token and scores every entry the table can address.
+  SMLA_RETURN_IF_ERROR(check_indexer_cache(args.key_cache, "key_cache", device));
+  SMLA_RETURN_IF_ERROR(check_block_table(args.block_table, "block_table", device));
+  shape.capacity = args.block_table.shape[1] * args.key_cache.page_size();
+  return shape;
+}
+
+Problem layer_detail::layer_problem(const IndexerQueryArgs&, const IndexerQueryShape& shape) {
+  return make_problem(Op::kPrepareIndexerQuery, shape.tokens, shape.heads, kIndexerHeadDim);
+}
+
+Problem layer_detail::layer_problem(const IndexerTopkArgs&, const IndexerTopkShape& shape) {
+  Problem problem = make_problem(Op::kIndexerTopk, shape.tokens, shape.heads, kIndexerHeadDim);
+  problem.keys = shape.capacity;
+  return problem;
+}
+
+Status prepare_indexer_query(const Context& context, const IndexerQueryArgs& args) {
+  return layer_entry(context, "prepare_indexer_query", args, &validate_indexer_query);
+}
+
 Status prepare_indexer_query(const IndexerQueryArgs& args, Backend backend) {
-  auto shape = validate_query(args);
-  if (!shape) return shape.status().with_context("prepare_indexer_query: ");
-  return call_layer_op(backend, &LayerOps::prepare_indexer_query, "prepare_indexer_query", args, *shape);
+  return runtime::with_default_context(backend,
+                                       [&](const Context& context) { return prepare_indexer_query(context, args); });
+}
+
+Status indexer_topk(const Context& context, const IndexerTopkArgs& args) {
+  auto shape = validate_indexer_topk(args, device_of(context));
+  if (!shape) return shape.status().with_context("indexer_topk: ");
+  if (shape->short_context) return fill_short_context_topk(args.positions, args.topk_indices);
+  return run_layer_op(context, args, *shape).with_context("indexer_topk: ");
+}
+
+Expected<std::size_t> indexer_topk_workspace_size(const Context& context, const IndexerTopkArgs& args) {
+  return layer_entry_workspace_size(context, "indexer_topk", args, &validate_indexer_topk);
 }
 
 Status indexer_topk(const IndexerTopkArgs& args, Backend backend) {
-  auto shape = validate_topk(args);
-  if (!shape) return shape.status().with_context("indexer_topk: ");
-  if (shape->short_context) return fill_short_context_topk(args.positions, args.topk_indices);
-  return call_layer_op(backend, &LayerOps::indexer_topk, "indexer_topk", args, *shape);
+  return runtime::with_default_context(backend, [&](const Context& context) { return indexer_topk(context, args); });
 }
 
 Status fill_short_context_topk(const TensorView& positions, const TensorView& topk_indices) {

@@ -4,7 +4,7 @@
 #include "smla/layer.h"
 #include "smla/numeric.h"
 #include "src/layer/checks.h"
-#include "src/layer/layer_backend.h"
+#include "src/layer/layer_ops.h"
 
 namespace smla {
 
@@ -12,9 +12,8 @@ using namespace layer_detail;
 
 constexpr std::int64_t kHeadDim = V4Fp8Format::kHeadDim;
 
-Expected<OutputShape> layer_detail::validate_output_projection_shapes(const OutputProjectionArgs& args,
-                                                                      DeviceKind device,
-                                                                      std::initializer_list<DType> weight_dtypes) {
+Expected<OutputShape> layer_detail::validate_output_projection(const OutputProjectionArgs& args, DeviceKind device) {
+  const bool host = device == DeviceKind::kCpu;
   if (args.rope == nullptr) return invalid_argument("rope", "a RopeTable", "nullptr");
   SMLA_RETURN_IF_ERROR(
       check_tensor(args.o, "o", {DType::kBF16, DType::kF32}, {kAnyExtent, kAnyExtent, kHeadDim}, device));
@@ -26,7 +25,11 @@ Expected<OutputShape> layer_detail::validate_output_projection_shapes(const Outp
                             std::to_string(args.num_heads));
   }
   SMLA_RETURN_IF_ERROR(check_index_vector(args.positions, "positions", shape.tokens, device));
-  SMLA_RETURN_IF_ERROR(check_tensor(args.wo_a, "wo_a", weight_dtypes, {kAnyExtent, kAnyExtent, kAnyExtent}, device));
+  // The host GEMMs take f32 weights; the device ones f32 or bf16 (tensor cores).
+  SMLA_RETURN_IF_ERROR(
+      host
+          ? check_tensor(args.wo_a, "wo_a", {DType::kF32}, {kAnyExtent, kAnyExtent, kAnyExtent}, device)
+          : check_tensor(args.wo_a, "wo_a", {DType::kF32, DType::kBF16}, {kAnyExtent, kAnyExtent, kAnyExtent}, device));
   shape.groups = args.wo_a.shape[0];
   shape.rank = args.wo_a.shape[1];
   if (shape.groups < 1 || shape.heads % shape.groups != 0) {
@@ -43,24 +46,24 @@ Expected<OutputShape> layer_detail::validate_output_projection_shapes(const Outp
   if (!args.wo_b.is_contiguous()) return invalid_argument("wo_b", "a contiguous tensor", args.wo_b.describe());
   shape.hidden = args.wo_b.shape[0];
   SMLA_RETURN_IF_ERROR(check_tensor(args.out, "out", {DType::kF32}, {shape.tokens, shape.hidden}, device));
+  if (host) SMLA_RETURN_IF_ERROR(check_positions(args.positions, "positions", args.rope->max_positions()));
   return shape;
 }
 
-namespace {
-
-Expected<OutputShape> validate(const OutputProjectionArgs& args) {
-  auto shape = validate_output_projection_shapes(args, DeviceKind::kCpu, {DType::kF32});
-  if (!shape) return shape.status();
-  SMLA_RETURN_IF_ERROR(check_positions(args.positions, "positions", args.rope->max_positions()));
-  return *shape;
+Problem layer_detail::layer_problem(const OutputProjectionArgs&, const OutputShape& shape) {
+  return make_problem(Op::kProjectOutput, shape.tokens, shape.heads, 0, static_cast<int>(kHeadDim));
 }
 
-}  // namespace
+Status project_output(const Context& context, const OutputProjectionArgs& args) {
+  return layer_entry(context, "project_output", args, &validate_output_projection);
+}
+
+Expected<std::size_t> project_output_workspace_size(const Context& context, const OutputProjectionArgs& args) {
+  return layer_entry_workspace_size(context, "project_output", args, &validate_output_projection);
+}
 
 Status project_output(const OutputProjectionArgs& args, Backend backend) {
-  auto shape = validate(args);
-  if (!shape) return shape.status().with_context("project_output: ");
-  return call_layer_op(backend, &LayerOps::project_output, "project_output", args, *shape);
+  return runtime::with_default_context(backend, [&](const Context& context) { return project_output(context, args); });
 }
 
 Status convert_bf16_to_f32(const TensorView& src, const TensorView& dst) {

@@ -8,9 +8,11 @@
 #include <numbers>
 
 #include "src/layer/checks.h"
-#include "src/layer/layer_backend.h"
+#include "src/layer/layer_ops.h"
 
 namespace smla {
+
+using namespace layer_detail;
 
 RopeConfig RopeConfig::swa_only() { return RopeConfig{10000.0, 1.0, 65536, 32.0, 1.0}; }
 RopeConfig RopeConfig::compressed() { return RopeConfig{160000.0, 16.0, 65536, 32.0, 1.0}; }
@@ -84,14 +86,11 @@ TensorView RopeTable::cos_sin() const {
   return TensorView::contiguous(const_cast<float*>(cos_sin_.data()), DType::kF32, {max_positions_, kRopeDim});
 }
 
-namespace {
-
-Expected<layer_detail::RopeShape> validate_rope(const RopeArgs& args) {
-  using namespace layer_detail;
+Expected<layer_detail::RopeShape> layer_detail::validate_rope(const RopeArgs& args, DeviceKind device) {
   if (args.table == nullptr) return invalid_argument("table", "a RopeTable", "nullptr");
   const bool rank2 = args.x.rank == 2;
-  SMLA_RETURN_IF_ERROR(rank2 ? check_tensor(args.x, "x", {DType::kF32}, {kAnyExtent, kAnyExtent})
-                             : check_tensor(args.x, "x", {DType::kF32}, {kAnyExtent, kAnyExtent, kAnyExtent}));
+  SMLA_RETURN_IF_ERROR(rank2 ? check_tensor(args.x, "x", {DType::kF32}, {kAnyExtent, kAnyExtent}, device)
+                             : check_tensor(args.x, "x", {DType::kF32}, {kAnyExtent, kAnyExtent, kAnyExtent}, device));
   const std::int64_t dim = args.x.shape[static_cast<std::size_t>(args.x.rank - 1)];
   if (args.rope_offset < 0 || args.rope_offset + kRopeDim > dim) {
     return out_of_range("rope_offset", fmt::format("a value in [0, {}]", dim - kRopeDim),
@@ -102,17 +101,24 @@ Expected<layer_detail::RopeShape> validate_rope(const RopeArgs& args) {
   shape.heads = rank2 ? 1 : args.x.shape[1];
   shape.stride_token = args.x.stride[0];
   shape.stride_head = rank2 ? 0 : args.x.stride[1];
-  SMLA_RETURN_IF_ERROR(check_index_vector(args.positions, "positions", shape.tokens));
-  SMLA_RETURN_IF_ERROR(check_positions(args.positions, "positions", args.table->max_positions()));
+  SMLA_RETURN_IF_ERROR(check_index_vector(args.positions, "positions", shape.tokens, device));
+  if (device == DeviceKind::kCpu) {
+    SMLA_RETURN_IF_ERROR(check_positions(args.positions, "positions", args.table->max_positions()));
+  }
   return shape;
 }
 
-}  // namespace
+Problem layer_detail::layer_problem(const RopeArgs& args, const RopeShape& shape) {
+  return make_problem(Op::kApplyRope, shape.tokens, shape.heads,
+                      static_cast<int>(args.x.shape[static_cast<std::size_t>(args.x.rank - 1)]));
+}
+
+Status apply_rope(const Context& context, const RopeArgs& args) {
+  return layer_detail::layer_entry(context, "apply_rope", args, &layer_detail::validate_rope);
+}
 
 Status apply_rope(const RopeArgs& args, Backend backend) {
-  auto shape = validate_rope(args);
-  if (!shape) return shape.status().with_context("apply_rope: ");
-  return layer_detail::call_layer_op(backend, &layer_detail::LayerOps::apply_rope, "apply_rope", args, *shape);
+  return runtime::with_default_context(backend, [&](const Context& context) { return apply_rope(context, args); });
 }
 
 }  // namespace smla

@@ -7,7 +7,9 @@
 #include <vector>
 
 #include "smla/backend.h"
+#include "smla/context.h"
 #include "smla/kv_format.h"
+#include "smla/registry.h"
 #include "smla/version.h"
 #include "tools/smla/commands.h"
 
@@ -33,6 +35,57 @@ FormatSummary summarize(KvFormat format) {
   return summary;
 }
 
+std::string join_formats(const std::vector<KvFormat>& formats) {
+  if (formats.empty()) return "any";
+  std::string text;
+  for (KvFormat format : formats) text += (text.empty() ? "" : ",") + std::string(kv_format_name(format));
+  return text;
+}
+
+std::string join_ints(const std::vector<int>& values) {
+  if (values.empty()) return "any";
+  std::string text;
+  for (int value : values) text += (text.empty() ? "" : ",") + std::to_string(value);
+  return text;
+}
+
+std::string architectures(const Capabilities& caps) {
+  if (caps.min_compute_capability == 0) return "host";
+  if (caps.max_compute_capability == caps.min_compute_capability) return fmt::format("sm_{}", caps.min_compute_capability);
+  if (caps.max_compute_capability == 0) return fmt::format("sm_{}+", caps.min_compute_capability);
+  return fmt::format("sm_{}-{}", caps.min_compute_capability, caps.max_compute_capability);
+}
+
+// Whether an implementation can run here at all: its backend has a context on
+// this machine and the device is inside its architecture range.
+std::string availability(const Implementation& implementation) {
+  auto context = Context::create(implementation.backend, TuningOptions{});
+  if (!context) return "no " + std::string(backend_name(implementation.backend));
+  Problem probe;
+  probe.op = implementation.op;
+  const std::string reason = unsupported_reason(implementation, *context, probe);
+  return reason.empty() ? "yes" : reason;
+}
+
+nlohmann::json implementations_json() {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const Implementation& implementation : implementations()) {
+    const Capabilities& caps = implementation.capabilities;
+    rows.push_back({{"op", op_name(implementation.op)},
+                    {"name", implementation.name},
+                    {"backend", backend_name(implementation.backend)},
+                    {"priority", implementation.priority},
+                    {"formats", join_formats(caps.formats)},
+                    {"d_qk", join_ints(caps.d_qk)},
+                    {"d_v", join_ints(caps.d_v)},
+                    {"max_heads", caps.max_heads},
+                    {"architectures", architectures(caps)},
+                    {"runs_here", availability(implementation)},
+                    {"summary", implementation.summary}});
+  }
+  return rows;
+}
+
 nlohmann::json info_json() {
   nlohmann::json formats = nlohmann::json::array();
   for (KvFormat format : kFormats) {
@@ -54,7 +107,8 @@ nlohmann::json info_json() {
   return {{"version", smla::version()},
           {"formats", formats},
           {"backends", backends},
-          {"auto_backend", backend_name(resolve_backend(Backend::kAuto))}};
+          {"auto_backend", backend_name(resolve_backend(Backend::kAuto))},
+          {"implementations", implementations_json()}};
 }
 
 void print_info_text() {
@@ -72,12 +126,21 @@ void print_info_text() {
     fmt::print("  {:<10} {}\n", backend_name(backend), backend_available(backend) ? "available" : "not available");
   }
   fmt::print("  auto       -> {}\n", backend_name(resolve_backend(Backend::kAuto)));
+  fmt::print("\nImplementations (select() takes the highest priority one that fits the call):\n");
+  fmt::print("  {:<22} {:<14} {:<9} {:>4} {:<26} {:<8} {:<5} {:<8} {}\n", "op", "name", "backend", "prio", "formats",
+             "d_qk", "d_v", "arch", "runs here");
+  for (const nlohmann::json& row : implementations_json()) {
+    fmt::print("  {:<22} {:<14} {:<9} {:>4} {:<26} {:<8} {:<5} {:<8} {}\n", row["op"].get<std::string>(),
+               row["name"].get<std::string>(), row["backend"].get<std::string>(), row["priority"].get<int>(),
+               row["formats"].get<std::string>(), row["d_qk"].get<std::string>(), row["d_v"].get<std::string>(),
+               row["architectures"].get<std::string>(), row["runs_here"].get<std::string>());
+  }
 }
 
 }  // namespace
 
 void add_info_command(CLI::App& app, int& exit_code) {
-  auto* cmd = app.add_subcommand("info", "Print the version, the KV formats with their byte sizes and the backends");
+  auto* cmd = app.add_subcommand("info", "Print the version, the KV formats with their byte sizes, the backends and every implementation with its capabilities");
   auto as_json = std::make_shared<bool>(false);
   cmd->add_flag("--json", *as_json, "Print the same information as JSON");
   cmd->callback([&exit_code, as_json] {

@@ -36,7 +36,7 @@ enum CountField : int {
   kErrorWord,
 };
 
-// Bits of the error word (the public CudaStepError values).
+// Bits of the error word (the public smla::StepError values).
 constexpr std::int64_t kErrNegativeQuery = 1 << 0;
 constexpr std::int64_t kErrSeqBelowQuery = 1 << 1;
 constexpr std::int64_t kErrSeqAboveMax = 1 << 2;

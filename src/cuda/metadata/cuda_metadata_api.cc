@@ -1,5 +1,6 @@
-// Public entry points of smla/cuda_metadata.h: host-side checks of shapes,
-// dtypes and devices (never of values), params from the views, launch. No
+// The cuda row of Op::kStepMetadata (the Context forms of smla/metadata.h on a
+// cuda context): host-side checks of shapes, dtypes and devices (never of
+// values), params from the views, launch on the context's stream. No
 // allocation and no synchronization.
 #include <cuda_runtime.h>
 #include <fmt/format.h>
@@ -8,7 +9,8 @@
 #include <string>
 #include <string_view>
 
-#include "smla/cuda_metadata.h"
+#include "smla/metadata.h"
+#include "src/core/metadata/metadata_functions.h"
 #include "src/core/metadata/metadata_rules.h"
 #include "src/cuda/current_device.h"
 #include "src/cuda/metadata/metadata_params.h"
@@ -219,17 +221,20 @@ Status check_step_buffers(DeviceChecker& dev, const BatchDescription& batch, con
     SMLA_RETURN_IF_ERROR(check_absent(o.c128a_decode_lens, "out.c128a_decode_lens", "c128_block_table"));
     SMLA_RETURN_IF_ERROR(check_absent(o.c128a_prefill_indices, "out.c128a_prefill_indices", "c128_block_table"));
   }
-  return check_vector(dev, counts, "counts", DType::kI64, kCudaStepCountFields);
+  return check_vector(dev, counts, "counts", DType::kI64, kStepCountFields);
 }
 
 }  // namespace
 
-Status cuda_build_step_metadata(const BatchDescription& batch, const StepConfig& config,
-                                const StepMetadataBuffers& out, const TensorView& counts, void* stream) {
+namespace metadata_cuda {
+namespace {
+
+Status build_step_metadata(const Context& context, const BatchDescription& batch, const StepConfig& config,
+                                const StepMetadataBuffers& out, const TensorView& counts) {
   DeviceChecker dev;
   Expected<DeviceBatch> b = device_batch(dev, batch, config);
-  if (!b) return b.status().with_context("cuda_build_step_metadata: ");
-  SMLA_RETURN_IF_ERROR(check_step_buffers(dev, batch, config, out, counts).with_context("cuda_build_step_metadata: "));
+  if (!b) return b.status().with_context("build_step_metadata: ");
+  SMLA_RETURN_IF_ERROR(check_step_buffers(dev, batch, config, out, counts).with_context("build_step_metadata: "));
   SMLA_RETURN_IF_ERROR(dev.check_current());
 
   cuda::StepMetadataParams p;
@@ -277,13 +282,12 @@ Status cuda_build_step_metadata(const BatchDescription& batch, const StepConfig&
   }
   p.counts = data_of<std::int64_t>(counts);
   p.stride_counts = counts.stride[0];
-  return launched(cuda::launch_step_metadata(p, static_cast<cudaStream_t>(stream)), "cuda_build_step_metadata");
+  return launched(cuda::launch_step_metadata(p, static_cast<cudaStream_t>(context.stream())), "build_step_metadata");
 }
 
-Status cuda_c4a_global_topk_indices(const TensorView& local_topk, const TensorView& token_to_req,
+Status c4a_global_topk_indices(const Context& context, const TensorView& local_topk, const TensorView& token_to_req,
                                     const TensorView& is_valid_token, const TensorView& block_table,
-                                    std::int64_t block_size, const TensorView& global_out, const TensorView& lens_out,
-                                    void* stream) {
+                                    std::int64_t block_size, const TensorView& global_out, const TensorView& lens_out) {
   DeviceChecker dev;
   SMLA_RETURN_IF_ERROR(check_block_size(block_size));
   SMLA_RETURN_IF_ERROR(dev.check(local_topk, "local_topk", DType::kI32, 2));
@@ -317,13 +321,13 @@ Status cuda_c4a_global_topk_indices(const TensorView& local_topk, const TensorVi
   p.stride_lens = lens_out.stride[0];
   p.num_rows = n;
   p.topk = k;
-  return launched(cuda::launch_c4a_global(p, static_cast<cudaStream_t>(stream)), "cuda_c4a_global_topk_indices");
+  return launched(cuda::launch_c4a_global(p, static_cast<cudaStream_t>(context.stream())), "c4a_global_topk_indices");
 }
 
-Status cuda_v32_request_to_global_indices(const TensorView& req_indices, const TensorView& req_id,
+Status v32_request_to_global_indices(const Context& context, const TensorView& req_indices, const TensorView& req_id,
                                           const TensorView& block_table, std::int64_t block_size,
                                           std::int64_t block_stride_rows, const TensorView& out,
-                                          const TensorView& valid_counts, void* stream) {
+                                          const TensorView& valid_counts) {
   DeviceChecker dev;
   SMLA_RETURN_IF_ERROR(check_block_size(block_size));
   const std::int64_t stride_rows = block_stride_rows > 0 ? block_stride_rows : block_size;
@@ -359,17 +363,18 @@ Status cuda_v32_request_to_global_indices(const TensorView& req_indices, const T
   }
   p.num_rows = n;
   p.topk = k;
-  return launched(cuda::launch_v32_global(p, static_cast<cudaStream_t>(stream)), "cuda_v32_request_to_global_indices");
+  return launched(cuda::launch_v32_global(p, static_cast<cudaStream_t>(context.stream())),
+                  "v32_request_to_global_indices");
 }
 
-Status cuda_mixed_sparse_indices(const BatchDescription& batch, const StepConfig& config, int compress_ratio,
-                                 const TensorView& c4a_local_topk, const TensorView& out_indices,
-                                 const TensorView& out_lens, void* stream) {
+Status mixed_sparse_indices(const Context& context, const BatchDescription& batch, const StepConfig& config,
+                            int compress_ratio, const TensorView& c4a_local_topk, const TensorView& out_indices,
+                            const TensorView& out_lens) {
   Expected<LayerType> type = layer_type_for_ratio(compress_ratio);
   if (!type) return type.status();
   DeviceChecker dev;
   Expected<DeviceBatch> b = device_batch(dev, batch, config);
-  if (!b) return b.status().with_context("cuda_mixed_sparse_indices: ");
+  if (!b) return b.status().with_context("mixed_sparse_indices: ");
   const std::int64_t tokens = batch.num_tokens;
   const std::int64_t topk_width = compressed_topk_width(config, *type);
   const std::int64_t packed_topk = detail::roundup(topk_width, 4);
@@ -415,12 +420,12 @@ Status cuda_mixed_sparse_indices(const BatchDescription& batch, const StepConfig
   p.stride_out_t = out_indices.stride[0];
   p.lens = data_of<std::int32_t>(out_lens);
   p.stride_lens = out_lens.stride[0];
-  return launched(cuda::launch_mixed_indices(p, static_cast<cudaStream_t>(stream)), "cuda_mixed_sparse_indices");
+  return launched(cuda::launch_mixed_indices(p, static_cast<cudaStream_t>(context.stream())), "mixed_sparse_indices");
 }
 
-Status cuda_dequantize_and_gather(const KvCacheView& cache, const TensorView& seq_lens,
+Status dequantize_and_gather(const Context& context, const KvCacheView& cache, const TensorView& seq_lens,
                                   const TensorView& gather_lens, const TensorView& block_table, std::int64_t offset,
-                                  const TensorView& out, void* stream) {
+                                  const TensorView& out) {
   DeviceChecker dev;
   SMLA_RETURN_IF_ERROR(dev.check(seq_lens, "seq_lens", DType::kI32, 1));
   const std::int64_t batch = seq_lens.shape[0];
@@ -461,19 +466,19 @@ Status cuda_dequantize_and_gather(const KvCacheView& cache, const TensorView& se
   p.stride_out_d = out.stride[2];
   p.out_rows = out.shape[1];
   p.batch = batch;
-  return launched(cuda::launch_dequantize_gather(cache.format, p, static_cast<cudaStream_t>(stream)),
-                  "cuda_dequantize_and_gather");
+  return launched(cuda::launch_dequantize_gather(cache.format, p, static_cast<cudaStream_t>(context.stream())),
+                  "dequantize_and_gather");
 }
 
-Status cuda_combine_topk_swa_indices(const BatchDescription& batch, const StepConfig& config, int compress_ratio,
-                                     PrefillChunk chunk, std::int64_t compressed_rows, std::int64_t workspace_rows,
-                                     const TensorView& topk, const TensorView& out_indices, const TensorView& out_lens,
-                                     void* stream) {
+Status combine_topk_swa_indices(const Context& context, const BatchDescription& batch, const StepConfig& config,
+                                int compress_ratio, const PrefillChunk& chunk, std::int64_t compressed_rows,
+                                std::int64_t workspace_rows, const TensorView& topk, const TensorView& out_indices,
+                                const TensorView& out_lens) {
   Expected<LayerType> type = layer_type_for_ratio(compress_ratio);
   if (!type) return type.status();
   DeviceChecker dev;
   Expected<DeviceBatch> b = device_requests(dev, batch, config);
-  if (!b) return b.status().with_context("cuda_combine_topk_swa_indices: ");
+  if (!b) return b.status().with_context("combine_topk_swa_indices: ");
   SMLA_RETURN_IF_ERROR(check_chunk_shape(chunk, b->num_reqs));
   const std::int64_t tokens = chunk.token_end - chunk.token_begin;
   const std::int64_t reqs = chunk.req_end - chunk.req_begin;
@@ -515,17 +520,18 @@ Status cuda_combine_topk_swa_indices(const BatchDescription& batch, const StepCo
   p.width = width;
   p.lens = data_of<std::int32_t>(out_lens);
   p.stride_lens = out_lens.stride[0];
-  return launched(cuda::launch_combine_indices(p, static_cast<cudaStream_t>(stream)), "cuda_combine_topk_swa_indices");
+  return launched(cuda::launch_combine_indices(p, static_cast<cudaStream_t>(context.stream())),
+                  "combine_topk_swa_indices");
 }
 
-Status cuda_gather_prefill_chunk(const BatchDescription& batch, const StepConfig& config, int compress_ratio,
-                                 PrefillChunk chunk, std::int64_t compressed_rows, const KvCacheView& swa_cache,
-                                 const KvCacheView& compressed_cache, const TensorView& out, void* stream) {
+Status gather_prefill_chunk(const Context& context, const BatchDescription& batch, const StepConfig& config,
+                            int compress_ratio, const PrefillChunk& chunk, std::int64_t compressed_rows,
+                            const KvCacheView& swa_cache, const KvCacheView& compressed_cache, const TensorView& out) {
   Expected<LayerType> type = layer_type_for_ratio(compress_ratio);
   if (!type) return type.status();
   DeviceChecker dev;
   Expected<DeviceBatch> b = device_requests(dev, batch, config);
-  if (!b) return b.status().with_context("cuda_gather_prefill_chunk: ");
+  if (!b) return b.status().with_context("gather_prefill_chunk: ");
   SMLA_RETURN_IF_ERROR(check_chunk_shape(chunk, b->num_reqs));
   const std::int64_t reqs = chunk.req_end - chunk.req_begin;
   SMLA_RETURN_IF_ERROR(validate_kv_cache(swa_cache, "swa_cache"));
@@ -588,7 +594,7 @@ Status cuda_gather_prefill_chunk(const BatchDescription& batch, const StepConfig
     p.num_pages = cache.num_pages();
     p.fp8_scale = cache.fp8_scale;
   };
-  const auto cuda_stream = static_cast<cudaStream_t>(stream);
+  const auto cuda_stream = static_cast<cudaStream_t>(context.stream());
   if (table != nullptr) {
     set_cache(compressed_cache);
     p.table = shifted(*table);
@@ -596,7 +602,7 @@ Status cuda_gather_prefill_chunk(const BatchDescription& batch, const StepConfig
     p.offset = 0;
     p.out_rows = compressed_rows;  // entries past N would overwrite the window rows: clamped
     SMLA_RETURN_IF_ERROR(launched(cuda::launch_dequantize_gather(compressed_cache.format, p, cuda_stream),
-                                  "cuda_gather_prefill_chunk"));
+                                  "gather_prefill_chunk"));
   }
   set_cache(swa_cache);
   p.table = shifted(batch.swa_block_table);
@@ -606,7 +612,14 @@ Status cuda_gather_prefill_chunk(const BatchDescription& batch, const StepConfig
   p.window = config.window;
   p.offset = compressed_rows;
   p.out_rows = out.shape[1];
-  return launched(cuda::launch_dequantize_gather(swa_cache.format, p, cuda_stream), "cuda_gather_prefill_chunk");
+  return launched(cuda::launch_dequantize_gather(swa_cache.format, p, cuda_stream), "gather_prefill_chunk");
 }
 
+}  // namespace
+
+const metadata_detail::MetadataFunctions kFunctions{
+    &build_step_metadata,   &c4a_global_topk_indices,  &v32_request_to_global_indices, &mixed_sparse_indices,
+    &dequantize_and_gather, &combine_topk_swa_indices, &gather_prefill_chunk};
+
+}  // namespace metadata_cuda
 }  // namespace smla

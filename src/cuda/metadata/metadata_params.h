@@ -1,4 +1,4 @@
-// Internal: kernel parameters of the device metadata ops (smla/cuda_metadata.h)
+// Internal: kernel parameters of the device metadata ops (the Context forms of smla/metadata.h)
 // and their launchers. The host entry points (cuda_metadata.cc) validate the
 // views and fill these raw-pointer structs; the .cu files hold the kernels.
 #pragma once

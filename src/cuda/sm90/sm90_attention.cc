@@ -1,32 +1,10 @@
 #include "src/cuda/sm90/sm90_attention.h"
 
-#include <cuda_runtime.h>
-
-#include <array>
-#include <cstdlib>
-#include <mutex>
-#include <string_view>
-
 namespace smla::cuda {
 
-bool sm90_attention_usable() {
+bool sm90_kernels_built() {
 #if defined(SMLA_CUDA_SM90A)
-  const char* choice = std::getenv("SMLA_CUDA_ATTENTION");
-  if (choice != nullptr && std::string_view(choice) == "portable") return false;
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return false;
-  static std::mutex mutex;
-  static std::array<int, 64> is_sm90{};  // 0 unknown, 1 yes, 2 no
-  std::lock_guard<std::mutex> lock(mutex);
-  int& known = is_sm90[static_cast<std::size_t>(device)];
-  if (known == 0) {
-    int major = 0;
-    int minor = 0;
-    const bool ok = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
-                    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess;
-    known = ok && major == 9 && minor == 0 ? 1 : 2;
-  }
-  return known == 1;
+  return true;
 #else
   return false;  // this build has no sm_90a code
 #endif

@@ -1,15 +1,14 @@
-// Internal: the Hopper (sm_90a, wgmma) attention kernel's variants, used for
-// 64-head tiles on compute capability 9.0 devices when the build includes
-// sm_90a code. SMLA_CUDA_ATTENTION=portable in the environment turns it off
-// (A/B comparisons against the portable kernel).
+// Internal: the Hopper (sm_90a, wgmma) attention kernel's variants: the
+// "cuda.sm90" implementation (src/cuda/cuda_attention.cc), for compute
+// capability 9.0 devices when the build includes sm_90a code.
 #pragma once
 
 #include "src/cuda/sparse_attention_launch.h"
 
 namespace smla::cuda {
 
-// sm90_attention_usable() and sm90_attention_variant(kind) are declared in
-// sparse_attention_launch.h, where the portable variants are chosen.
+// sm90_kernels_built() and sm90_attention_variant(kind) are declared in
+// sparse_attention_launch.h beside the portable variants.
 AttentionVariant sm90_attention_variant_v4();
 AttentionVariant sm90_attention_variant_v32();
 AttentionVariant sm90_attention_variant_bf16_512();

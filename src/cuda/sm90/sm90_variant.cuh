@@ -2,32 +2,17 @@
 // (included by the per-format instantiation files only).
 #pragma once
 
-#include <cstdlib>
-#include <string_view>
-
 #include "src/cuda/func_attributes.h"
 #include "src/cuda/sm90/sm90_attention.h"
 #include "src/cuda/sm90/sm90_attention_kernel.cuh"
 
 namespace smla::cuda::sm90 {
 
-// SMLA_SM90_BLOCK_ORDER=grid keeps the launch's block order (head blocks of a
-// token far apart); the default starts a token's head blocks together.
-inline bool sm90_token_major_order() {
-  const char* order = std::getenv("SMLA_SM90_BLOCK_ORDER");
-  return order == nullptr || std::string_view(order) != "grid";
-}
-
-// The two head blocks of an h_q 65..128 token run as a CTA pair that shares the
-// expansion, unless SMLA_SM90_PAIR=off (A/B comparisons).
-inline bool sm90_pair_head_blocks() {
-  const char* pair = std::getenv("SMLA_SM90_PAIR");
-  return pair == nullptr || std::string_view(pair) != "off";
-}
-
 template <class Loader>
-cudaError_t launch_sm90_attention(const SparseAttentionParams& params, dim3 grid, int smem_bytes, cudaStream_t stream) {
-  if (grid.y == 2 && sm90_pair_head_blocks()) {
+cudaError_t launch_sm90_attention(const SparseAttentionParams& params, dim3 grid, int smem_bytes, const LaunchFlags& flags,
+                                  cudaStream_t stream) {
+  // The two head blocks of an h_q 65..128 token run as a CTA pair that shares the expansion.
+  if (grid.y == 2 && flags.pair_head_blocks) {
     auto* kernel = sm90_attention_kernel<Loader, false, true>;
     const cudaError_t status = ensure_dynamic_smem(kernel, smem_bytes);
     if (status != cudaSuccess) return status;
@@ -45,8 +30,7 @@ cudaError_t launch_sm90_attention(const SparseAttentionParams& params, dim3 grid
     config.numAttrs = 1;
     return cudaLaunchKernelEx(&config, kernel, params);
   }
-  const bool token_major = sm90_token_major_order();
-  auto* kernel = token_major ? sm90_attention_kernel<Loader, true, false> : sm90_attention_kernel<Loader, false, false>;
+  auto* kernel = flags.token_major ? sm90_attention_kernel<Loader, true, false> : sm90_attention_kernel<Loader, false, false>;
   const cudaError_t status = ensure_dynamic_smem(kernel, smem_bytes);
   if (status != cudaSuccess) return status;
   kernel<<<grid, kThreads, smem_bytes, stream>>>(params);

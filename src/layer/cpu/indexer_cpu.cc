@@ -19,7 +19,7 @@
 #include "src/layer/checks.h"
 #include "src/layer/cpu/indexer_score.h"
 #include "src/layer/cpu/rope_f32.h"
-#include "src/layer/layer_backend.h"
+#include "src/layer/layer_ops.h"
 
 namespace smla::layer_detail {
 

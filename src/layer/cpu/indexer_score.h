@@ -3,7 +3,7 @@
 
 #include <cstdint>
 
-#include "src/layer/layer_backend.h"
+#include "src/layer/layer_ops.h"
 
 namespace smla::layer_detail {
 

@@ -13,7 +13,7 @@
 #include "src/layer/checks.h"
 #include "src/layer/cpu/parallel_rows.h"
 #include "src/layer/cpu/rope_f32.h"
-#include "src/layer/layer_backend.h"
+#include "src/layer/layer_ops.h"
 
 namespace smla::layer_detail {
 

@@ -1,7 +1,7 @@
 #include "src/cpu/thread_pool.h"
 #include "src/layer/checks.h"
 #include "src/layer/cpu/rope_f32.h"
-#include "src/layer/layer_backend.h"
+#include "src/layer/layer_ops.h"
 
 namespace smla::layer_detail {
 

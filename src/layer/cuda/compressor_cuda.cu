@@ -1,4 +1,4 @@
-// cuda_run_compressor (spec 1.7, 2.5, 2.6): two kernels on the caller's
+// The cuda row of run_compressor (spec 1.7, 2.5, 2.6): two kernels on the caller's
 // stream, so every state row of stage A is in memory before stage B reads it.
 //   A. one block per token copies [kv | score + ape[pos % r]] into its state row;
 //   B. one block per emitting token pools its window per channel (softmax over
@@ -10,8 +10,7 @@
 #include <cstdint>
 #include <string>
 
-#include "smla/cuda_layer.h"
-#include "src/layer/checks.h"
+#include "src/layer/layer_ops.h"
 #include "src/layer/cuda/layer_device.cuh"
 
 namespace smla {
@@ -22,7 +21,6 @@ using layer_cuda::kWarpSize;
 using layer_cuda::load_index;
 using layer_cuda::PagedCacheRef;
 using layer_cuda::RopeFrequencies;
-using layer_detail::kAnyExtent;
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / kWarpSize;
@@ -173,42 +171,10 @@ __global__ void __launch_bounds__(kThreads) emit_kernel(const CompressorParams p
   }
 }
 
-Status validate(const CompressorArgs& args) {
-  using namespace layer_detail;
-  constexpr auto kCuda = DeviceKind::kCuda;
-  if (args.ratio != 4 && args.ratio != 128) return invalid_argument("ratio", "4 or 128", std::to_string(args.ratio));
-  if (args.rope == nullptr) return invalid_argument("rope", "a RopeTable", "nullptr");
-  if (args.kv_cache.has_value() == args.index_cache.has_value()) {
-    return invalid_argument("destination", "exactly one of kv_cache and index_cache",
-                            args.kv_cache ? "both" : "neither");
-  }
-  if (!(args.eps > 0.0f && std::isfinite(args.eps))) {
-    return invalid_argument("eps", "a finite value > 0", std::to_string(args.eps));
-  }
-  const int head_dim = args.kv_cache ? V4Fp8Format::kHeadDim : IndexerFp8Format::kHeadDim;
-  const std::int64_t width = compressor_state_width(args.ratio, head_dim);
-  const std::int64_t half = compressor_coff(args.ratio) * head_dim;
-  SMLA_RETURN_IF_ERROR(check_tensor(args.kv_score, "kv_score", {DType::kF32}, {kAnyExtent, width}, kCuda));
-  const std::int64_t tokens = args.kv_score.shape[0];
-  SMLA_RETURN_IF_ERROR(check_tensor(args.ape, "ape", {DType::kF32}, {args.ratio, half}, kCuda));
-  SMLA_RETURN_IF_ERROR(check_tensor(args.norm_weight, "norm_weight", {DType::kF32}, {head_dim}, kCuda));
-  SMLA_RETURN_IF_ERROR(check_index_vector(args.positions, "positions", tokens, kCuda));
-  SMLA_RETURN_IF_ERROR(check_index_vector(args.token_to_request, "token_to_request", tokens, kCuda));
-  SMLA_RETURN_IF_ERROR(
-      check_tensor(args.state_cache, "state_cache", {DType::kF32}, {kAnyExtent, kAnyExtent, width}, kCuda));
-  if (args.state_cache.shape[1] < 1) {
-    return invalid_argument("state_cache", "block_size >= 1", args.state_cache.shape_string());
-  }
-  SMLA_RETURN_IF_ERROR(check_block_table(args.state_block_table, "state_block_table", kCuda));
-  SMLA_RETURN_IF_ERROR(check_index_vector(args.state_slot_mapping, "state_slot_mapping", tokens, kCuda));
-  SMLA_RETURN_IF_ERROR(check_index_vector(args.compressed_slot_mapping, "compressed_slot_mapping", tokens, kCuda));
-  if (args.kv_cache) {
-    SMLA_RETURN_IF_ERROR(layer_cuda::check_row_cache_512(*args.kv_cache, "kv_cache"));
-  } else {
-    SMLA_RETURN_IF_ERROR(layer_cuda::check_indexer_cache(*args.index_cache, "index_cache"));
-  }
-  if (tokens > layer_cuda::kMaxGridX) {
-    return invalid_argument("kv_score", "at most 2^31-1 tokens", std::to_string(tokens));
+// The device-only limits (the front end checked the rest).
+Status check_launch(const CompressorArgs& args, const layer_cuda::CompressorShape& shape) {
+  if (shape.tokens > layer_cuda::kMaxGridX) {
+    return invalid_argument("kv_score", "at most 2^31-1 tokens", std::to_string(shape.tokens));
   }
   const TensorView& destination = args.kv_cache ? args.kv_cache->pages : args.index_cache->pages;
   return layer_cuda::check_on_current_device({{&args.kv_score, "kv_score"},
@@ -225,9 +191,9 @@ Status validate(const CompressorArgs& args) {
 
 }  // namespace
 
-Status cuda_run_compressor(const CompressorArgs& args, void* stream) {
-  const Status status = validate(args);
-  if (!status.ok()) return status.with_context("cuda_run_compressor: ");
+Status layer_cuda::run_compressor(const Context& context, const CompressorArgs& args, const CompressorShape& shape,
+                                  void*) {
+  SMLA_RETURN_IF_ERROR(check_launch(args, shape));
   CompressorParams p{};
   p.ratio = args.ratio;
   p.coff = compressor_coff(args.ratio);
@@ -257,7 +223,7 @@ Status cuda_run_compressor(const CompressorArgs& args, void* stream) {
   p.destination = args.kv_cache ? layer_cuda::paged_cache(*args.kv_cache) : layer_cuda::paged_cache(*args.index_cache);
   if (p.tokens == 0) return Status::Ok();
 
-  const auto s = static_cast<cudaStream_t>(stream);
+  const auto s = static_cast<cudaStream_t>(context.stream());
   const auto blocks = static_cast<unsigned>(p.tokens);
   save_states_kernel<<<blocks, kThreads, 0, s>>>(p);
   if (args.kv_cache) {
@@ -267,7 +233,7 @@ Status cuda_run_compressor(const CompressorArgs& args, void* stream) {
   } else {
     emit_kernel<IndexerFp8Format><<<blocks, kThreads, 0, s>>>(p);
   }
-  return layer_cuda::launch_status("cuda_run_compressor");
+  return layer_cuda::launch_status();
 }
 
 }  // namespace smla

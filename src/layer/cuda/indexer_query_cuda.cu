@@ -1,12 +1,11 @@
-// cuda_prepare_indexer_query (spec 1.8): per (token, head) warp row of 128,
+// The cuda row of prepare_indexer_query (spec 1.8): per (token, head) warp row of 128,
 // RoPE on dims 64..127, bf16 rounding, FP8 with one power-of-two scale that is
 // folded into the head weight.
 #include <cmath>
 #include <cstdint>
 #include <string>
 
-#include "smla/cuda_layer.h"
-#include "src/layer/checks.h"
+#include "src/layer/layer_ops.h"
 #include "src/layer/cuda/layer_device.cuh"
 
 namespace smla {
@@ -17,7 +16,6 @@ using layer_cuda::kIndexerRopeFirstSlot;
 using layer_cuda::kIndexerSlots;
 using layer_cuda::kWarpSize;
 using layer_cuda::RopeFrequencies;
-using layer_detail::kAnyExtent;
 
 constexpr int kWarps = 8;  // a block: 8 heads of one token, one warp each
 
@@ -62,21 +60,12 @@ __global__ void __launch_bounds__(kWarps * kWarpSize) prepare_indexer_query_kern
   }
 }
 
-Status validate(const IndexerQueryArgs& args) {
-  using namespace layer_detail;
-  constexpr auto kCuda = DeviceKind::kCuda;
-  if (args.rope == nullptr) return invalid_argument("rope", "a RopeTable", "nullptr");
-  SMLA_RETURN_IF_ERROR(
-      check_tensor(args.q, "q", {DType::kF32, DType::kBF16}, {kAnyExtent, kAnyExtent, kIndexerHeadDim}, kCuda));
-  const std::int64_t tokens = args.q.shape[0];
-  const std::int64_t heads = args.q.shape[1];
-  if (heads < 1) return invalid_argument("q", "at least one head", args.q.shape_string());
-  SMLA_RETURN_IF_ERROR(check_tensor(args.weights, "weights", {DType::kF32}, {tokens, heads}, kCuda));
-  SMLA_RETURN_IF_ERROR(check_index_vector(args.positions, "positions", tokens, kCuda));
-  SMLA_RETURN_IF_ERROR(check_tensor(args.q_fp8, "q_fp8", {DType::kE4M3}, {tokens, heads, kIndexerHeadDim}, kCuda));
-  SMLA_RETURN_IF_ERROR(check_tensor(args.head_weights, "head_weights", {DType::kF32}, {tokens, heads}, kCuda));
-  if (tokens > layer_cuda::kMaxGridX) return invalid_argument("q", "at most 2^31-1 tokens", std::to_string(tokens));
-  if (heads > layer_cuda::kMaxGridY * kWarps) {
+// The device-only limits (the front end checked the rest).
+Status check_launch(const IndexerQueryArgs& args, const layer_cuda::IndexerQueryShape& shape) {
+  if (shape.tokens > layer_cuda::kMaxGridX) {
+    return invalid_argument("q", "at most 2^31-1 tokens", std::to_string(shape.tokens));
+  }
+  if (shape.heads > layer_cuda::kMaxGridY * kWarps) {
     return invalid_argument("q", "at most " + std::to_string(layer_cuda::kMaxGridY * kWarps) + " heads",
                             args.q.shape_string());
   }
@@ -89,9 +78,9 @@ Status validate(const IndexerQueryArgs& args) {
 
 }  // namespace
 
-Status cuda_prepare_indexer_query(const IndexerQueryArgs& args, void* stream) {
-  const Status status = validate(args);
-  if (!status.ok()) return status.with_context("cuda_prepare_indexer_query: ");
+Status layer_cuda::prepare_indexer_query(const Context& context, const IndexerQueryArgs& args,
+                                         const IndexerQueryShape& shape, void*) {
+  SMLA_RETURN_IF_ERROR(check_launch(args, shape));
   IndexerQueryParams p{};
   p.q = args.q.data;
   p.stride_q_t = args.q.stride[0];
@@ -111,14 +100,14 @@ Status cuda_prepare_indexer_query(const IndexerQueryArgs& args, void* stream) {
   p.rope = layer_cuda::rope_frequencies(*args.rope, RopeDirection::kForward);
   const std::int64_t tokens = args.q.shape[0];
   if (tokens == 0) return Status::Ok();
-  const auto s = static_cast<cudaStream_t>(stream);
+  const auto s = static_cast<cudaStream_t>(context.stream());
   const dim3 blocks(static_cast<unsigned>(tokens), static_cast<unsigned>((p.heads + kWarps - 1) / kWarps));
   if (args.q.dtype == DType::kF32) {
     prepare_indexer_query_kernel<float><<<blocks, kWarps * kWarpSize, 0, s>>>(p);
   } else {
     prepare_indexer_query_kernel<std::uint16_t><<<blocks, kWarps * kWarpSize, 0, s>>>(p);
   }
-  return layer_cuda::launch_status("cuda_prepare_indexer_query");
+  return layer_cuda::launch_status();
 }
 
 }  // namespace smla

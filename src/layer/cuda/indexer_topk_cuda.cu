@@ -1,4 +1,4 @@
-// cuda_indexer_topk (smla/cuda_layer.h): the lightning indexer's logits and
+// The cuda row of indexer_topk (smla/indexer.h): the lightning indexer's logits and
 // top-k selection on the device, same rows as the host op (smla/indexer.h).
 //
 // Two launches, no host synchronization:
@@ -20,22 +20,17 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <sstream>
 #include <string>
 #include <string_view>
 #include <type_traits>
 
-#include "smla/cuda_layer.h"
 #include "smla/numeric.h"
 #include "src/cuda/current_device.h"
-#include "src/layer/checks.h"
+#include "src/layer/layer_ops.h"
 
 namespace smla {
 namespace {
 
-using layer_detail::check_index_vector;
-using layer_detail::check_tensor;
-using layer_detail::kAnyExtent;
 
 constexpr int kDim = kIndexerHeadDim;  // 128
 constexpr int kEntryTile = 64;         // entries per logit block
@@ -316,18 +311,11 @@ std::size_t workspace_bytes_for(std::int64_t tokens, std::int64_t capacity) {
 }
 
 // fmt does not build in nvcc's host pass: messages are put together here ("{}" = next argument).
-std::string to_text(std::string_view text) { return std::string(text); }
-std::string to_text(const std::string& text) { return text; }
 std::string to_text(const char* text) { return text; }
 template <class Integer>
   requires std::is_integral_v<Integer>
 std::string to_text(Integer value) {
   return std::to_string(value);
-}
-std::string to_text(const void* pointer) {
-  std::ostringstream out;
-  out << pointer;
-  return out.str();
 }
 
 template <class... Args>
@@ -346,65 +334,18 @@ std::string runtime_format(std::string_view format, const Args&... args) {
   return result;
 }
 
-struct DeviceTopkShape {
-  std::int64_t tokens = 0, heads = 0, top_k = 0, capacity = 0;
-};
+using layer_cuda::IndexerTopkShape;
 
-// validate_indexer_cache for a device tensor.
-Status check_key_cache(const IndexerCacheView& cache) {
-  const TensorView& t = cache.pages;
-  constexpr int kRow = IndexerFp8Format::kBytesPerToken;
-  if (!t.present()) return invalid_argument("key_cache", "an indexer cache tensor", "absent");
-  if (t.device.kind != DeviceKind::kCuda) return invalid_argument("key_cache", "a cuda tensor", t.describe());
-  if (t.rank != 3 || t.dtype != DType::kU8 || t.shape[2] != kRow) {
-    return invalid_argument("key_cache", runtime_format("u8 [num_pages, page_size, {}]", kRow),
-                            runtime_format("{}{}", dtype_name(t.dtype), t.shape_string()));
-  }
-  if (t.shape[0] < 0 || t.shape[1] < 1) {
-    return invalid_argument("key_cache", "num_pages >= 0 and page_size >= 1", t.shape_string());
-  }
-  if (t.stride[2] != 1 || t.stride[1] != kRow) {
-    return invalid_argument("key_cache", runtime_format("row strides [*, {}, 1]", kRow), t.describe());
-  }
-  const std::int64_t content = IndexerFp8Format::page_content_bytes(t.shape[1]);
-  if (t.shape[0] > 1 && t.stride[0] < content) {
-    return invalid_argument("key_cache", runtime_format("page stride >= {} bytes", content),
-                            runtime_format("{} bytes", t.stride[0]));
-  }
-  if (t.numel() > 0 && t.data == nullptr) return invalid_argument("key_cache", "non-null data", "nullptr");
-  return Status::Ok();
-}
-
-Expected<DeviceTopkShape> validate(const IndexerTopkArgs& args) {
-  constexpr DeviceKind kCuda = DeviceKind::kCuda;
-  SMLA_RETURN_IF_ERROR(
-      check_tensor(args.q_fp8, "q_fp8", {DType::kE4M3}, {kAnyExtent, kAnyExtent, kIndexerHeadDim}, kCuda));
-  DeviceTopkShape shape{args.q_fp8.shape[0], args.q_fp8.shape[1], 0, 0};
-  if (shape.heads < 1 || shape.heads > INT32_MAX) {
-    return invalid_argument("q_fp8", "between 1 and 2^31-1 heads", args.q_fp8.shape_string());
-  }
-  SMLA_RETURN_IF_ERROR(
-      check_tensor(args.head_weights, "head_weights", {DType::kF32}, {shape.tokens, shape.heads}, kCuda));
-  SMLA_RETURN_IF_ERROR(check_index_vector(args.positions, "positions", shape.tokens, kCuda));
-  SMLA_RETURN_IF_ERROR(check_index_vector(args.token_to_request, "token_to_request", shape.tokens, kCuda));
-  SMLA_RETURN_IF_ERROR(
-      check_tensor(args.topk_indices, "topk_indices", {DType::kI32}, {shape.tokens, kAnyExtent}, kCuda));
-  shape.top_k = args.topk_indices.shape[1];
-  if (shape.top_k < 1 || shape.top_k > INT32_MAX) {
+// The device-only limits (the front end checked shapes, dtypes and devices):
+// i32 head, column and entry counts, every tensor on q_fp8's device, the current one.
+Status check_launch(const IndexerTopkArgs& args, const IndexerTopkShape& shape) {
+  if (shape.heads > INT32_MAX) return invalid_argument("q_fp8", "at most 2^31-1 heads", args.q_fp8.shape_string());
+  if (shape.top_k > INT32_MAX) {
     return invalid_argument("topk_indices", "k in [1, 2^31-1] columns", args.topk_indices.shape_string());
   }
-  SMLA_RETURN_IF_ERROR(check_key_cache(args.key_cache));
-  const TensorView& table = args.block_table;
-  if (!table.present() || table.rank != 2 || table.dtype != DType::kI32 || table.device.kind != kCuda ||
-      table.shape[0] < 0 || table.shape[1] < 0 || table.stride[0] < 0 || table.stride[1] < 0) {
-    return invalid_argument("block_table", "a cuda i32 table [R, max_blocks]",
-                            table.present() ? table.describe() : "absent");
-  }
-  if (table.numel() > 0 && table.data == nullptr) return invalid_argument("block_table", "non-null data", "nullptr");
-  shape.capacity = table.shape[1] * args.key_cache.page_size();
   if (shape.capacity > INT32_MAX) {
     return invalid_argument("block_table", "columns * key page size <= 2^31-1 (i32 entry numbers)",
-                            runtime_format("{} x {}", table.shape[1], args.key_cache.page_size()));
+                            runtime_format("{} x {}", args.block_table.shape[1], args.key_cache.page_size()));
   }
   const int device = args.q_fp8.device.index;
   for (const auto& [view, name] :
@@ -416,10 +357,10 @@ Expected<DeviceTopkShape> validate(const IndexerTopkArgs& args) {
                               view->describe());
     }
   }
-  return shape;
+  return ::smla::cuda::check_on_current_device(device, "q_fp8");
 }
 
-TopkParams make_params(const IndexerTopkArgs& args, const DeviceTopkShape& shape, void* workspace) {
+TopkParams make_params(const IndexerTopkArgs& args, const IndexerTopkShape& shape, void* workspace) {
   TopkParams p;
   p.q = static_cast<const std::uint8_t*>(args.q_fp8.data);
   p.stride_q_t = args.q_fp8.stride[0];
@@ -455,44 +396,34 @@ TopkParams make_params(const IndexerTopkArgs& args, const DeviceTopkShape& shape
 
 }  // namespace
 
-Expected<std::size_t> cuda_indexer_topk_workspace_size(const IndexerTopkArgs& args) {
-  auto shape = validate(args);
-  if (!shape) return shape.status().with_context("cuda_indexer_topk_workspace_size: ");
-  return workspace_bytes_for(shape->tokens, shape->capacity);
+Expected<std::size_t> layer_cuda::indexer_topk_workspace_size(const Context&, const IndexerTopkArgs& args,
+                                                             const IndexerTopkShape& shape) {
+  SMLA_RETURN_IF_ERROR(check_launch(args, shape));  // the query rejects what the call would
+  return workspace_bytes_for(shape.tokens, shape.capacity);
 }
 
-Status cuda_indexer_topk(const IndexerTopkArgs& args, void* workspace, std::size_t workspace_bytes, void* stream) {
-  auto fail = [](const Status& s) { return s.with_context("cuda_indexer_topk: "); };
-  auto shape = validate(args);
-  if (!shape) return fail(shape.status());
-  const std::size_t needed = workspace_bytes_for(shape->tokens, shape->capacity);
-  if (workspace_bytes < needed) {
-    return fail(invalid_argument("workspace_bytes", runtime_format(">= {} (cuda_indexer_topk_workspace_size)", needed),
-                                 std::to_string(workspace_bytes)));
-  }
-  if (needed > 0 && (workspace == nullptr || reinterpret_cast<std::uintptr_t>(workspace) % kWorkspaceAlignment != 0)) {
-    return fail(invalid_argument("workspace", "a 256-byte aligned device pointer", runtime_format("{}", workspace)));
-  }
-  SMLA_RETURN_IF_ERROR(fail(::smla::cuda::check_on_current_device(args.q_fp8.device.index, "q_fp8")));
-  if (shape->tokens == 0) return Status::Ok();
-  const TopkParams params = make_params(args, *shape, workspace);
-  const auto cuda_stream = static_cast<cudaStream_t>(stream);
-  if (shape->capacity > 0) {
-    const dim3 grid(static_cast<unsigned>((shape->capacity + kEntryTile - 1) / kEntryTile),
-                    static_cast<unsigned>(std::min<std::int64_t>(shape->tokens, 65535)));
+Status layer_cuda::indexer_topk(const Context& context, const IndexerTopkArgs& args, const IndexerTopkShape& shape,
+                                void* workspace) {
+  SMLA_RETURN_IF_ERROR(check_launch(args, shape));
+  if (shape.tokens == 0) return Status::Ok();
+  const TopkParams params = make_params(args, shape, workspace);
+  const auto cuda_stream = static_cast<cudaStream_t>(context.stream());
+  if (shape.capacity > 0) {
+    const dim3 grid(static_cast<unsigned>((shape.capacity + kEntryTile - 1) / kEntryTile),
+                    static_cast<unsigned>(std::min<std::int64_t>(shape.tokens, 65535)));
     // Above the 48 KiB default: opt in (a host-side attribute, capture-safe, cheap to repeat).
     const cudaError_t attribute = cudaFuncSetAttribute(
         indexer_logits_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kLogitSharedBytes));
     if (attribute != cudaSuccess) {
-      return fail(internal_error(runtime_format("cudaFuncSetAttribute failed: {}", cudaGetErrorString(attribute))));
+      return internal_error(runtime_format("cudaFuncSetAttribute failed: {}", cudaGetErrorString(attribute)));
     }
     indexer_logits_kernel<<<grid, kLogitThreads, kLogitSharedBytes, cuda_stream>>>(params);
   }
-  const auto select_blocks = static_cast<unsigned>(std::min<std::int64_t>(shape->tokens, std::int64_t{1} << 30));
+  const auto select_blocks = static_cast<unsigned>(std::min<std::int64_t>(shape.tokens, std::int64_t{1} << 30));
   indexer_select_kernel<<<select_blocks, kSelectThreads, 0, cuda_stream>>>(params);
   const cudaError_t error = cudaGetLastError();
   if (error != cudaSuccess)
-    return fail(internal_error(runtime_format("kernel launch failed: {}", cudaGetErrorString(error))));
+    return internal_error(runtime_format("kernel launch failed: {}", cudaGetErrorString(error)));
   return Status::Ok();
 }
 

@@ -1,4 +1,4 @@
-// Internal: host side of the CUDA layer ops (smla/cuda_layer.h): the plain
+// Internal: host side of the CUDA layer ops (the cuda rows of smla/layer.h): the plain
 // parameter pieces the kernels receive by value, built from validated views,
 // and the metadata-only checks of device tensors. No value in device memory is
 // ever read here. Usable from .cu and .cc files (no device code).
@@ -18,7 +18,6 @@
 #include "smla/status.h"
 #include "smla/tensor.h"
 #include "src/cuda/current_device.h"
-#include "src/layer/cache_rows.h"
 
 namespace smla::layer_cuda {
 
@@ -68,46 +67,16 @@ inline PagedCacheRef paged_cache(const IndexerCacheView& cache) {
                        cache.num_slots(), 1.0f};
 }
 
-// Same tensor metadata with the device kind swapped, so the host validators
-// (which only look at shapes, strides and dtypes) can check a device tensor.
-inline TensorView as_cpu_metadata(TensorView view) {
-  view.device = Device{};
-  return view;
-}
-
-// A tensor that must live on the CUDA device (present tensors only).
-inline Status check_cuda_tensor(const TensorView& t, std::string_view name) {
-  if (t.present() && t.device.kind != DeviceKind::kCuda) {
-    return invalid_argument(name, "a cuda tensor", t.describe());
-  }
-  return Status::Ok();
-}
-
-// validate_row_cache_512 (rank, dtype, row size, page stride, 512-dim format) for a cuda cache.
-inline Status check_row_cache_512(const KvCacheView& cache, std::string_view name) {
-  SMLA_RETURN_IF_ERROR(check_cuda_tensor(cache.pages, name));
-  KvCacheView metadata = cache;
-  metadata.pages = as_cpu_metadata(cache.pages);
-  return layer_detail::validate_row_cache_512(metadata, name);
-}
-
-// validate_indexer_cache for a cuda cache.
-inline Status check_indexer_cache(const IndexerCacheView& cache, std::string_view name) {
-  SMLA_RETURN_IF_ERROR(check_cuda_tensor(cache.pages, name));
-  IndexerCacheView metadata = cache;
-  metadata.pages = as_cpu_metadata(cache.pages);
-  return validate_indexer_cache(metadata, name);
-}
-
 // Every present tensor on the current device (its index), checked after the
 // shape checks so device-free callers see the argument errors first.
 using ::smla::cuda::check_on_current_device;
 
-// The launch error of the kernels just queued on the stream (no synchronization).
-inline Status launch_status(std::string_view op) {
+// The launch error of the kernels just queued on the stream (no synchronization);
+// the op's front end names the op.
+inline Status launch_status() {
   const cudaError_t error = cudaGetLastError();
   if (error == cudaSuccess) return Status::Ok();
-  return internal_error(std::string(op) + ": kernel launch failed: " + cudaGetErrorString(error));
+  return internal_error(std::string("kernel launch failed: ") + cudaGetErrorString(error));
 }
 
 // Grid limits: x runs over tokens, y over groups of heads.

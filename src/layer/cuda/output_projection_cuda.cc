@@ -1,4 +1,4 @@
-// cuda_project_output (smla/cuda_layer.h): inverse RoPE copy of the attention
+// The cuda row of project_output (smla/layer.h): inverse RoPE copy of the attention
 // output into scratch, then two cuBLASLt GEMMs:
 //   z[t, g*rank:(g+1)*rank] = o_rot[t, g heads] . wo_a[g]^T   (strided-batched over the G groups)
 //   out[t] = z[t] . wo_b^T
@@ -12,13 +12,11 @@
 
 #include <cstdint>
 
-#include "smla/cuda_layer.h"
 #include "smla/kv_format.h"
 #include "src/cuda/cublaslt_gemm.h"
 #include "src/cuda/current_device.h"
-#include "src/layer/checks.h"
 #include "src/layer/cuda/output_projection_kernels.h"
-#include "src/layer/layer_backend.h"
+#include "src/layer/layer_ops.h"
 
 namespace smla {
 namespace {
@@ -28,17 +26,17 @@ constexpr std::size_t kAlignment = 256;
 
 std::size_t align_up(std::size_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
 
-struct DeviceOutputShape {
-  std::int64_t tokens = 0, heads = 0, groups = 0, rank = 0, hidden = 0;
-  DType gemm_dtype = DType::kF32;  // of wo_a, wo_b, o_rot and z
-};
+using layer_cuda::OutputShape;
 
 struct WorkspaceLayout {
   std::size_t rotated_offset = 0, z_offset = 0, cublas_offset = 0, total = 0;
 };
 
-WorkspaceLayout workspace_layout(const DeviceOutputShape& shape) {
-  const std::size_t element = dtype_size(shape.gemm_dtype);
+// f32 weights: f32 GEMMs; bf16 weights: bf16 o_rot and z (tensor cores).
+DType gemm_dtype(const OutputProjectionArgs& args) { return args.wo_a.dtype; }
+
+WorkspaceLayout workspace_layout(const OutputProjectionArgs& args, const OutputShape& shape) {
+  const std::size_t element = dtype_size(gemm_dtype(args));
   WorkspaceLayout layout;
   layout.z_offset = align_up(static_cast<std::size_t>(shape.tokens * shape.heads * kHeadDim) * element);
   layout.cublas_offset =
@@ -55,12 +53,9 @@ Status check_same_device(const TensorView& first, const TensorView& other, std::
   return Status::Ok();
 }
 
-// The host op's shape checks for device tensors; weights may be f32 or bf16.
-Expected<DeviceOutputShape> validate(const OutputProjectionArgs& args) {
-  auto checked = layer_detail::validate_output_projection_shapes(args, DeviceKind::kCuda, {DType::kF32, DType::kBF16});
-  if (!checked) return checked.status();
-  DeviceOutputShape shape{checked->tokens, checked->heads, checked->groups, checked->rank, checked->hidden,
-                          args.wo_a.dtype};
+// The device-only checks (the front end checked shapes and dtypes): GEMM
+// row strides, every tensor on o's device, the current one.
+Status check_launch(const OutputProjectionArgs& args, const OutputShape& shape) {
   if (shape.tokens > 1 && args.out.stride[0] < shape.hidden) {
     return invalid_argument("out", fmt::format("a row stride >= {} (hidden)", shape.hidden), args.out.describe());
   }
@@ -68,26 +63,11 @@ Expected<DeviceOutputShape> validate(const OutputProjectionArgs& args) {
                                    std::pair{&args.wo_b, "wo_b"}, std::pair{&args.out, "out"}}) {
     SMLA_RETURN_IF_ERROR(check_same_device(args.o, *view, name));
   }
-  return shape;
+  return ::smla::cuda::check_on_current_device(args.o.device.index, "o");
 }
 
-Status run(const OutputProjectionArgs& args, const DeviceOutputShape& shape, void* workspace,
-           std::size_t workspace_bytes, void* stream) {
-  const WorkspaceLayout layout = workspace_layout(shape);
-  if (workspace_bytes < layout.total) {
-    return invalid_argument("workspace_bytes", fmt::format(">= {} (cuda_project_output_workspace_size)", layout.total),
-                            std::to_string(workspace_bytes));
-  }
-  if (workspace == nullptr || reinterpret_cast<std::uintptr_t>(workspace) % kAlignment != 0) {
-    return invalid_argument("workspace", "a 256-byte aligned device pointer", fmt::format("{}", workspace));
-  }
-  SMLA_RETURN_IF_ERROR(::smla::cuda::check_on_current_device(args.o.device.index, "o"));
-  if (shape.tokens == 0 || shape.hidden == 0) return Status::Ok();
-  auto* base = static_cast<std::uint8_t*>(workspace);
-  void* rotated = base + layout.rotated_offset;
-  void* z = base + layout.z_offset;
-  const bool bf16 = shape.gemm_dtype == DType::kBF16;
-
+// The inverse RoPE copy of o into the workspace (o_rot, in the GEMM dtype).
+Status rotate_back(const OutputProjectionArgs& args, const OutputShape& shape, void* rotated, void* stream) {
   layer_cuda::InverseRopeParams rope;
   rope.o = args.o.data;
   rope.o_bf16 = args.o.dtype == DType::kBF16;
@@ -99,20 +79,29 @@ Status run(const OutputProjectionArgs& args, const DeviceOutputShape& shape, voi
   rope.max_positions = args.rope->max_positions();
   for (int p = 0; p < kRopePairs; ++p) rope.inv_freq[p] = args.rope->inverse_frequencies()[static_cast<std::size_t>(p)];
   rope.out = rotated;
-  rope.out_bf16 = bf16;
+  rope.out_bf16 = gemm_dtype(args) == DType::kBF16;
   rope.tokens = shape.tokens;
   rope.heads = shape.heads;
   const cudaError_t error = layer_cuda::launch_inverse_rope_copy(rope, static_cast<cudaStream_t>(stream));
   if (error != cudaSuccess) {
     return internal_error(fmt::format("inverse RoPE launch failed: {}", cudaGetErrorString(error)));
   }
+  return Status::Ok();
+}
+
+// z = o_rot . wo_a^T per group, then out = z . wo_b^T.
+Status gemms(const OutputProjectionArgs& args, const OutputShape& shape, std::uint8_t* base,
+             const WorkspaceLayout& layout, void* stream) {
+  void* rotated = base + layout.rotated_offset;
+  void* z = base + layout.z_offset;
+  const DType dtype = gemm_dtype(args);
 
   const std::int64_t group_width = shape.heads / shape.groups * kHeadDim;
   const std::int64_t z_width = shape.groups * shape.rank;
   // cuBLASLt's Hopper kernels store z with bulk (TMA) copies that compute-sanitizer's initcheck does not
   // see, so the wo_b GEMM's reads of z would be reported as uninitialized; clearing z first is cheap.
   const cudaError_t cleared =
-      cudaMemsetAsync(z, 0, static_cast<std::size_t>(shape.tokens * z_width) * dtype_size(shape.gemm_dtype),
+      cudaMemsetAsync(z, 0, static_cast<std::size_t>(shape.tokens * z_width) * dtype_size(dtype),
                       static_cast<cudaStream_t>(stream));
   if (cleared != cudaSuccess)
     return internal_error(fmt::format("cudaMemsetAsync of z failed: {}", cudaGetErrorString(cleared)));
@@ -121,14 +110,14 @@ Status run(const OutputProjectionArgs& args, const DeviceOutputShape& shape, voi
   grouped.n = shape.rank;
   grouped.k = group_width;
   grouped.batch = static_cast<int>(shape.groups);
-  grouped.input_dtype = shape.gemm_dtype;
+  grouped.input_dtype = dtype;
   grouped.a = rotated;
   grouped.lda = shape.heads * kHeadDim;
   grouped.batch_stride_a = group_width;
   grouped.b = args.wo_a.data;
   grouped.ldb = group_width;
   grouped.batch_stride_b = shape.rank * group_width;
-  grouped.out_dtype = shape.gemm_dtype;
+  grouped.out_dtype = dtype;
   grouped.out = z;
   grouped.ldc = z_width;
   grouped.batch_stride_out = shape.rank;
@@ -156,17 +145,20 @@ Status run(const OutputProjectionArgs& args, const DeviceOutputShape& shape, voi
 
 }  // namespace
 
-Expected<std::size_t> cuda_project_output_workspace_size(const OutputProjectionArgs& args) {
-  auto shape = validate(args);
-  if (!shape) return shape.status().with_context("cuda_project_output_workspace_size: ");
-  return workspace_layout(*shape).total;
+Expected<std::size_t> layer_cuda::project_output_workspace_size(const Context&, const OutputProjectionArgs& args,
+                                                               const OutputShape& shape) {
+  SMLA_RETURN_IF_ERROR(check_launch(args, shape));  // the query rejects what the call would
+  return workspace_layout(args, shape).total;
 }
 
-Status cuda_project_output(const OutputProjectionArgs& args, void* workspace, std::size_t workspace_bytes,
-                           void* stream) {
-  auto shape = validate(args);
-  if (!shape) return shape.status().with_context("cuda_project_output: ");
-  return run(args, *shape, workspace, workspace_bytes, stream).with_context("cuda_project_output: ");
+Status layer_cuda::project_output(const Context& context, const OutputProjectionArgs& args, const OutputShape& shape,
+                                  void* workspace) {
+  SMLA_RETURN_IF_ERROR(check_launch(args, shape));
+  if (shape.tokens == 0 || shape.hidden == 0) return Status::Ok();
+  auto* base = static_cast<std::uint8_t*>(workspace);
+  const WorkspaceLayout layout = workspace_layout(args, shape);
+  SMLA_RETURN_IF_ERROR(rotate_back(args, shape, base + layout.rotated_offset, context.stream()));
+  return gemms(args, shape, base, layout, context.stream());
 }
 
 }  // namespace smla

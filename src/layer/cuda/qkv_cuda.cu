@@ -1,11 +1,10 @@
-// cuda_prepare_query and cuda_prepare_kv (spec 1.4, 1.5): one warp per
+// The cuda rows of prepare_query and prepare_kv (spec 1.4, 1.5): one warp per
 // 512-dim row (a warp row, layer_device.cuh), f32 math, one bf16 rounding.
 #include <cmath>
 #include <cstdint>
 #include <string>
 
-#include "smla/cuda_layer.h"
-#include "src/layer/checks.h"
+#include "src/layer/layer_ops.h"
 #include "src/layer/cuda/layer_device.cuh"
 
 namespace smla {
@@ -17,7 +16,6 @@ using layer_cuda::kRope512FirstSlot;
 using layer_cuda::kWarpSize;
 using layer_cuda::PagedCacheRef;
 using layer_cuda::RopeFrequencies;
-using layer_detail::kAnyExtent;
 
 constexpr std::int64_t kHeadDim = V4Fp8Format::kHeadDim;
 constexpr int kQueryWarps = 8;  // warps of a query block: 8 heads of one token, one each
@@ -97,48 +95,22 @@ __global__ void __launch_bounds__(kKvWarps * kWarpSize) prepare_kv_kernel(const 
   if (slot >= 0) layer_cuda::warp_store_row_512<Format>(v, p.cache, slot);
 }
 
-Status validate_query(const QueryPrepArgs& args) {
-  using namespace layer_detail;
-  if (args.rope == nullptr) return invalid_argument("rope", "a RopeTable", "nullptr");
-  SMLA_RETURN_IF_ERROR(check_tensor(args.q, "q", {DType::kF32, DType::kBF16}, {kAnyExtent, kAnyExtent, kHeadDim},
-                                    DeviceKind::kCuda));
-  const std::int64_t tokens = args.q.shape[0];
-  SMLA_RETURN_IF_ERROR(
-      check_tensor(args.out, "out", {DType::kBF16}, {tokens, kAnyExtent, kHeadDim}, DeviceKind::kCuda));
-  if (args.out.shape[1] < args.q.shape[1]) {
-    return invalid_argument("out", "at least " + std::to_string(args.q.shape[1]) + " heads (the heads of q)",
-                            args.out.shape_string());
+// The device-only limits (the front end checked the rest).
+Status check_launch(const QueryPrepArgs& args, const layer_cuda::QueryShape& shape) {
+  if (shape.tokens > layer_cuda::kMaxGridX) {
+    return invalid_argument("q", "at most 2^31-1 tokens", std::to_string(shape.tokens));
   }
-  if (!(args.eps > 0.0f && std::isfinite(args.eps))) {
-    return invalid_argument("eps", "a finite value > 0", std::to_string(args.eps));
-  }
-  SMLA_RETURN_IF_ERROR(check_index_vector(args.positions, "positions", tokens, DeviceKind::kCuda));
-  if (tokens > layer_cuda::kMaxGridX) return invalid_argument("q", "at most 2^31-1 tokens", std::to_string(tokens));
-  if (args.out.shape[1] > layer_cuda::kMaxGridY * kQueryWarps) {
+  if (shape.padded_heads > layer_cuda::kMaxGridY * kQueryWarps) {
     return invalid_argument("out", "at most " + std::to_string(layer_cuda::kMaxGridY * kQueryWarps) + " heads",
                             args.out.shape_string());
   }
   return layer_cuda::check_on_current_device({{&args.q, "q"}, {&args.out, "out"}, {&args.positions, "positions"}});
 }
 
-Status validate_kv(const KvPrepArgs& args) {
-  using namespace layer_detail;
-  if (args.rope == nullptr) return invalid_argument("rope", "a RopeTable", "nullptr");
-  SMLA_RETURN_IF_ERROR(
-      check_tensor(args.kv, "kv", {DType::kF32, DType::kBF16}, {kAnyExtent, kHeadDim}, DeviceKind::kCuda));
-  const std::int64_t tokens = args.kv.shape[0];
-  SMLA_RETURN_IF_ERROR(check_index_vector(args.positions, "positions", tokens, DeviceKind::kCuda));
-  if (!args.slot_mapping.present() || args.slot_mapping.rank != 1 || args.slot_mapping.shape[0] > tokens) {
-    return invalid_argument("slot_mapping", "an i32/i64 vector of at most " + std::to_string(tokens) + " slots",
-                            args.slot_mapping.present() ? args.slot_mapping.shape_string() : "absent");
+Status check_launch(const KvPrepArgs& args, const layer_cuda::KvShape& shape) {
+  if (shape.tokens > layer_cuda::kMaxGridX) {
+    return invalid_argument("kv", "at most 2^31-1 tokens", std::to_string(shape.tokens));
   }
-  SMLA_RETURN_IF_ERROR(
-      check_index_vector(args.slot_mapping, "slot_mapping", args.slot_mapping.shape[0], DeviceKind::kCuda));
-  SMLA_RETURN_IF_ERROR(layer_cuda::check_row_cache_512(args.cache, "cache"));
-  if (args.rotated.present()) {
-    SMLA_RETURN_IF_ERROR(check_tensor(args.rotated, "rotated", {DType::kBF16}, {tokens, kHeadDim}, DeviceKind::kCuda));
-  }
-  if (tokens > layer_cuda::kMaxGridX) return invalid_argument("kv", "at most 2^31-1 tokens", std::to_string(tokens));
   return layer_cuda::check_on_current_device({{&args.kv, "kv"},
                                               {&args.positions, "positions"},
                                               {&args.slot_mapping, "slot_mapping"},
@@ -148,9 +120,8 @@ Status validate_kv(const KvPrepArgs& args) {
 
 }  // namespace
 
-Status cuda_prepare_query(const QueryPrepArgs& args, void* stream) {
-  const Status status = validate_query(args);
-  if (!status.ok()) return status.with_context("cuda_prepare_query: ");
+Status layer_cuda::prepare_query(const Context& context, const QueryPrepArgs& args, const QueryShape& shape, void*) {
+  SMLA_RETURN_IF_ERROR(check_launch(args, shape));
   QueryParams p{};
   p.q = args.q.data;
   p.stride_q_t = args.q.stride[0];
@@ -165,7 +136,7 @@ Status cuda_prepare_query(const QueryPrepArgs& args, void* stream) {
   p.eps = args.eps;
   const std::int64_t tokens = args.q.shape[0];
   if (tokens == 0 || p.padded_heads == 0) return Status::Ok();
-  const auto s = static_cast<cudaStream_t>(stream);
+  const auto s = static_cast<cudaStream_t>(context.stream());
   const dim3 blocks(static_cast<unsigned>(tokens),
                     static_cast<unsigned>((p.padded_heads + kQueryWarps - 1) / kQueryWarps));
   if (args.q.dtype == DType::kF32) {
@@ -173,12 +144,11 @@ Status cuda_prepare_query(const QueryPrepArgs& args, void* stream) {
   } else {
     prepare_query_kernel<std::uint16_t><<<blocks, kQueryWarps * kWarpSize, 0, s>>>(p);
   }
-  return layer_cuda::launch_status("cuda_prepare_query");
+  return layer_cuda::launch_status();
 }
 
-Status cuda_prepare_kv(const KvPrepArgs& args, void* stream) {
-  const Status status = validate_kv(args);
-  if (!status.ok()) return status.with_context("cuda_prepare_kv: ");
+Status layer_cuda::prepare_kv(const Context& context, const KvPrepArgs& args, const KvShape& shape, void*) {
+  SMLA_RETURN_IF_ERROR(check_launch(args, shape));
   KvParams p{};
   p.kv = args.kv.data;
   p.stride_kv_t = args.kv.stride[0];
@@ -193,7 +163,7 @@ Status cuda_prepare_kv(const KvPrepArgs& args, void* stream) {
     p.stride_rotated_t = args.rotated.stride[0];
   }
   if (p.tokens == 0) return Status::Ok();
-  const auto s = static_cast<cudaStream_t>(stream);
+  const auto s = static_cast<cudaStream_t>(context.stream());
   const auto blocks = static_cast<unsigned>((p.tokens + kKvWarps - 1) / kKvWarps);
   const bool f32_input = args.kv.dtype == DType::kF32;
   layer_cuda::visit_row_512_format(args.cache.format, [&](auto format) {
@@ -204,7 +174,7 @@ Status cuda_prepare_kv(const KvPrepArgs& args, void* stream) {
       prepare_kv_kernel<std::uint16_t, Format><<<blocks, kKvWarps * kWarpSize, 0, s>>>(p);
     }
   });
-  return layer_cuda::launch_status("cuda_prepare_kv");
+  return layer_cuda::launch_status();
 }
 
 }  // namespace smla

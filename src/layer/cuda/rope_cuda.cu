@@ -1,12 +1,11 @@
-// cuda_apply_rope: in-place GPT-J rotation of 64 dims at any offset (spec 1.6).
+// The cuda row of apply_rope: in-place GPT-J rotation of 64 dims at any offset (spec 1.6).
 //
 // Blocks of (token, group of heads); lane p of each warp computes the angle of
 // pair p once and rotates that pair in kHeadsPerWarp heads.
 #include <algorithm>
 #include <string>
 
-#include "smla/cuda_layer.h"
-#include "src/layer/checks.h"
+#include "src/layer/layer_ops.h"
 #include "src/layer/cuda/layer_device.cuh"
 
 namespace smla {
@@ -46,35 +45,22 @@ __global__ void apply_rope_kernel(const RopeParams p) {
   }
 }
 
-Status validate(const RopeArgs& args) {
-  using namespace layer_detail;
-  if (args.table == nullptr) return invalid_argument("table", "a RopeTable", "nullptr");
-  const bool rank2 = args.x.rank == 2;
-  SMLA_RETURN_IF_ERROR(rank2 ? check_tensor(args.x, "x", {DType::kF32}, {kAnyExtent, kAnyExtent}, DeviceKind::kCuda)
-                             : check_tensor(args.x, "x", {DType::kF32}, {kAnyExtent, kAnyExtent, kAnyExtent},
-                                            DeviceKind::kCuda));
-  const std::int64_t dim = args.x.shape[static_cast<std::size_t>(args.x.rank - 1)];
-  if (args.rope_offset < 0 || args.rope_offset + kRopeDim > dim) {
-    return out_of_range("rope_offset", "a value in [0, " + std::to_string(dim - kRopeDim) + "]",
-                        std::to_string(args.rope_offset));
-  }
-  SMLA_RETURN_IF_ERROR(check_index_vector(args.positions, "positions", args.x.shape[0], DeviceKind::kCuda));
-  if (args.x.shape[0] > layer_cuda::kMaxGridX) {
-    return invalid_argument("x", "at most 2^31-1 tokens", std::to_string(args.x.shape[0]));
+// The device-only limits (the front end checked the rest).
+Status check_launch(const RopeArgs& args, const layer_cuda::RopeShape& shape) {
+  if (shape.tokens > layer_cuda::kMaxGridX) {
+    return invalid_argument("x", "at most 2^31-1 tokens", std::to_string(shape.tokens));
   }
   constexpr std::int64_t kMaxHeads = layer_cuda::kMaxGridY * kWarps * kHeadsPerWarp;
-  if (args.x.rank == 3 && args.x.shape[1] > kMaxHeads) {
-    return invalid_argument("x", "at most " + std::to_string(kMaxHeads) + " heads",
-                            args.x.shape_string());
+  if (shape.heads > kMaxHeads) {
+    return invalid_argument("x", "at most " + std::to_string(kMaxHeads) + " heads", args.x.shape_string());
   }
   return layer_cuda::check_on_current_device({{&args.x, "x"}, {&args.positions, "positions"}});
 }
 
 }  // namespace
 
-Status cuda_apply_rope(const RopeArgs& args, void* stream) {
-  const Status status = validate(args);
-  if (!status.ok()) return status.with_context("cuda_apply_rope: ");
+Status layer_cuda::apply_rope(const Context& context, const RopeArgs& args, const RopeShape& shape, void*) {
+  SMLA_RETURN_IF_ERROR(check_launch(args, shape));
   const bool rank2 = args.x.rank == 2;
   RopeParams p{};
   p.x = args.x.ptr<float>();
@@ -90,8 +76,8 @@ Status cuda_apply_rope(const RopeArgs& args, void* stream) {
   const std::int64_t heads_per_block = static_cast<std::int64_t>(warps) * kHeadsPerWarp;
   const dim3 blocks(static_cast<unsigned>(tokens),
                     static_cast<unsigned>((p.heads + heads_per_block - 1) / heads_per_block));
-  apply_rope_kernel<<<blocks, warps * layer_cuda::kWarpSize, 0, static_cast<cudaStream_t>(stream)>>>(p);
-  return layer_cuda::launch_status("cuda_apply_rope");
+  apply_rope_kernel<<<blocks, warps * layer_cuda::kWarpSize, 0, static_cast<cudaStream_t>(context.stream())>>>(p);
+  return layer_cuda::launch_status();
 }
 
 }  // namespace smla

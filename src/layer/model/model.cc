@@ -7,10 +7,12 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <optional>
 
 #include "smla/attention.h"
 #include "smla/compressor.h"
+#include "smla/context.h"
 #include "smla/indexer.h"
 #include "smla/layer.h"
 #include "smla/rope.h"
@@ -93,8 +95,21 @@ struct Model::Impl {
                    std::int64_t c128_cols, const std::vector<std::int32_t>& c4_state_table,
                    const std::vector<std::int32_t>& c128_state_table, std::int64_t c4_state_cols,
                    std::int64_t c128_state_cols, std::vector<float>& x, std::vector<float>& layer_out,
-                   Backend backend, bool verify, StepStats& stats);
+                   const Context& context, bool verify, StepStats& stats);
+
+  // The context of a backend, created on first use (one per backend; map
+  // nodes stay put, so the pointers stay valid).
+  Expected<const Context*> context_for(Backend backend);
+  std::map<Backend, Context> contexts;
 };
+
+Expected<const Context*> Model::Impl::context_for(Backend backend) {
+  const Backend resolved = resolve_backend(backend);
+  if (auto found = contexts.find(resolved); found != contexts.end()) return &found->second;
+  auto created = Context::create(resolved);
+  if (!created) return created.status();
+  return &contexts.emplace(resolved, *created).first->second;
+}
 
 Model::Model(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Model::~Model() = default;
@@ -146,8 +161,8 @@ Expected<std::unique_ptr<Model>> Model::create(const ModelConfig& config, const 
     if (ratio == 4) {
       const std::int64_t content = IndexerFp8Format::page_content_bytes(kLogicalBlock / 4);
       const std::int64_t stride = cdiv(content, V4Fp8Format::kPageAlign) * V4Fp8Format::kPageAlign;
-      layer.index_keys = PagedBytes{std::vector<std::uint8_t>(static_cast<std::size_t>(impl->c4_pool.capacity * stride), 0),
-                                    stride};
+      layer.index_keys =
+          PagedBytes{std::vector<std::uint8_t>(static_cast<std::size_t>(impl->c4_pool.capacity * stride), 0), stride};
       layer.index_state.assign(static_cast<std::size_t>(impl->c4_state_pool.capacity * compressor_state_block_size(4) *
                                                         compressor_state_width(4, 128)),
                                0.0f);
@@ -248,7 +263,7 @@ Status Model::Impl::run_layer(int l, const StepMetadata& meta, const std::vector
                               const std::vector<std::int32_t>& c4_state_table,
                               const std::vector<std::int32_t>& c128_state_table, std::int64_t c4_state_cols,
                               std::int64_t c128_state_cols, std::vector<float>& x, std::vector<float>& layer_out,
-                              Backend backend, bool verify, StepStats& stats) {
+                              const Context& context, bool verify, StepStats& stats) {
   using clock = std::chrono::steady_clock;
   LayerState& layer = layers[static_cast<std::size_t>(l)];
   const LayerWeights& w = layer.w;
@@ -287,15 +302,16 @@ Status Model::Impl::run_layer(int l, const StepMetadata& meta, const std::vector
   start = clock::now();
   std::vector<std::uint16_t> q_bf16(static_cast<std::size_t>(T * H * kHeadDim));
   const auto q_view = view_of(q_bf16, DType::kBF16, {T, H, kHeadDim});
-  SMLA_RETURN_IF_ERROR(prepare_query({view_of(q, DType::kF32, {T, H, kHeadDim}), positions, &rope, config.rms_eps,
-                                      q_view},
-                                     backend));
+  SMLA_RETURN_IF_ERROR(
+      prepare_query(context, {view_of(q, DType::kF32, {T, H, kHeadDim}), positions, &rope, config.rms_eps, q_view}));
   const KvCacheView swa_cache = kv_view(layer.swa, kSwaPage);
-  SMLA_RETURN_IF_ERROR(prepare_kv({view_of(kv, DType::kF32, {T, kHeadDim}), positions, &rope,
-                                   TensorView::contiguous(const_cast<std::int64_t*>(meta.swa_slot_mapping.data()),
-                                                          DType::kI64, {T}),
-                                   swa_cache, {}},
-                                  backend));
+  SMLA_RETURN_IF_ERROR(prepare_kv(
+      context, {view_of(kv, DType::kF32, {T, kHeadDim}),
+                positions,
+                &rope,
+                TensorView::contiguous(const_cast<std::int64_t*>(meta.swa_slot_mapping.data()), DType::kI64, {T}),
+                swa_cache,
+                {}}));
   std::optional<KvCacheView> compressed_cache;
   auto compress = [&](int r, int head_dim, std::vector<float>& scores, const model_detail::CompressorWeights& cw,
                       std::vector<float>& state, const std::vector<std::int32_t>& state_table, std::int64_t state_cols,
@@ -329,7 +345,7 @@ Status Model::Impl::run_layer(int l, const StepMetadata& meta, const std::vector
     args.eps = config.rms_eps;
     args.kv_cache = kv_dest;
     args.index_cache = index_dest;
-    return run_compressor(args, backend);
+    return run_compressor(context, args);
   };
   if (ratio > 1) {
     compressed_cache = kv_view(layer.compressed, kLogicalBlock / ratio);
@@ -355,11 +371,9 @@ Status Model::Impl::run_layer(int l, const StepMetadata& meta, const std::vector
       const std::int64_t Hi = config.index_heads;
       std::vector<std::uint8_t> q8(static_cast<std::size_t>(T * Hi * 128));
       std::vector<float> head_weights(static_cast<std::size_t>(T * Hi));
-      SMLA_RETURN_IF_ERROR(prepare_indexer_query({view_of(index_q, DType::kF32, {T, Hi, 128}),
-                                                  view_of(index_w, DType::kF32, {T, Hi}), positions, &rope,
-                                                  view_of(q8, DType::kE4M3, {T, Hi, 128}),
-                                                  view_of(head_weights, DType::kF32, {T, Hi})},
-                                                 backend));
+      SMLA_RETURN_IF_ERROR(prepare_indexer_query(
+          context, {view_of(index_q, DType::kF32, {T, Hi, 128}), view_of(index_w, DType::kF32, {T, Hi}), positions,
+                    &rope, view_of(q8, DType::kE4M3, {T, Hi, 128}), view_of(head_weights, DType::kF32, {T, Hi})}));
       extra_width = config.index_topk;
       local.assign(static_cast<std::size_t>(T * extra_width), -1);
       IndexerTopkArgs topk{view_of(q8, DType::kE4M3, {T, Hi, 128}),
@@ -372,7 +386,7 @@ Status Model::Impl::run_layer(int l, const StepMetadata& meta, const std::vector
                            meta.counts().max_seq_len,
                            true,
                            view_of(local, DType::kI32, {T, extra_width})};
-      SMLA_RETURN_IF_ERROR(indexer_topk(topk, backend));
+      SMLA_RETURN_IF_ERROR(indexer_topk(context, topk));
       extra_indices.assign(static_cast<std::size_t>(T * extra_width), -1);
       extra_lens.assign(static_cast<std::size_t>(T), 0);
       SMLA_RETURN_IF_ERROR(c4a_global_topk_indices(
@@ -393,7 +407,8 @@ Status Model::Impl::run_layer(int l, const StepMetadata& meta, const std::vector
       if (prefill_rows > 0) {
         auto rows = [&](const void* base, DType dtype, std::int64_t width) {
           const std::int64_t elem = static_cast<std::int64_t>(dtype_size(dtype));
-          auto* p = static_cast<std::uint8_t*>(const_cast<void*>(base)) + decode_rows * std::max<std::int64_t>(width, 1) * elem;
+          auto* p = static_cast<std::uint8_t*>(const_cast<void*>(base)) +
+                    decode_rows * std::max<std::int64_t>(width, 1) * elem;
           return width == 0 ? TensorView::contiguous(p, dtype, {prefill_rows})
                             : TensorView::contiguous(p, dtype, {prefill_rows, width});
         };
@@ -418,7 +433,7 @@ Status Model::Impl::run_layer(int l, const StepMetadata& meta, const std::vector
   auto attend = [&](std::vector<std::uint16_t>& q_rows, const std::vector<std::int32_t>& swa_idx,
                     const std::vector<std::int32_t>& swa_len, const std::vector<std::int32_t>& ext_idx,
                     const std::vector<std::int32_t>& ext_len, std::vector<std::uint16_t>& out_rows, std::int64_t rows,
-                    Backend b) -> Status {
+                    const Context& on) -> Status {
     SparseDecodeArgs a;
     a.q = view_of(q_rows, DType::kBF16, {rows, H, kHeadDim});
     a.main_cache = swa_cache;
@@ -433,13 +448,15 @@ Status Model::Impl::run_layer(int l, const StepMetadata& meta, const std::vector
     a.sink = view_of(sink, DType::kF32, {H});
     a.softmax_scale = scale;
     a.out = view_of(out_rows, DType::kBF16, {rows, H, kHeadDim});
-    return sparse_decode(a, b);
+    return sparse_decode(on, a);
   };
-  SMLA_RETURN_IF_ERROR(attend(q_bf16, meta.swa_indices, meta.swa_lens, extra_indices, extra_lens, o, T, backend));
+  SMLA_RETURN_IF_ERROR(attend(q_bf16, meta.swa_indices, meta.swa_lens, extra_indices, extra_lens, o, T, context));
   stats.attention_s += seconds_since(start);
 
   if (verify) {
     start = clock::now();
+    auto reference = context_for(Backend::kReference);
+    if (!reference) return reference.status();
     const auto rows = model_detail::sample_rows(T, options.verify_rows);
     const auto n = static_cast<std::int64_t>(rows.size());
     auto q_rows = gather_rows(q_bf16, H * kHeadDim, rows);
@@ -447,11 +464,12 @@ Status Model::Impl::run_layer(int l, const StepMetadata& meta, const std::vector
     SMLA_RETURN_IF_ERROR(attend(q_rows, gather_rows(meta.swa_indices, W, rows), gather_rows(meta.swa_lens, 1, rows),
                                 gather_rows(extra_indices, extra_width, rows),
                                 compressed_cache ? gather_rows(extra_lens, 1, rows) : extra_lens, ref, n,
-                                Backend::kReference));
+                                **reference));
     double max_err = 0.0;
     for (std::int64_t i = 0; i < n; ++i) {
       for (std::int64_t k = 0; k < H * kHeadDim; ++k) {
-        const double got = bf16_to_f32(o[static_cast<std::size_t>(rows[static_cast<std::size_t>(i)] * H * kHeadDim + k)]);
+        const double got =
+            bf16_to_f32(o[static_cast<std::size_t>(rows[static_cast<std::size_t>(i)] * H * kHeadDim + k)]);
         const double want = bf16_to_f32(ref[static_cast<std::size_t>(i * H * kHeadDim + k)]);
         const double err = std::fabs(got - want);
         max_err = std::isnan(err) ? INFINITY : std::max(max_err, err);
@@ -465,12 +483,12 @@ Status Model::Impl::run_layer(int l, const StepMetadata& meta, const std::vector
   start = clock::now();
   layer_out.assign(static_cast<std::size_t>(T * config.hidden), 0.0f);
   SMLA_RETURN_IF_ERROR(project_output(
+      context,
       {view_of(o, DType::kBF16, {T, H, kHeadDim}), static_cast<int>(H), positions, &rope,
        TensorView::contiguous(const_cast<float*>(w.wo_a.data()), DType::kF32,
                               {config.o_groups, config.o_lora_rank, H / config.o_groups * kHeadDim}),
        TensorView::contiguous(const_cast<float*>(w.wo_b.values.data()), DType::kF32, {w.wo_b.rows, w.wo_b.cols}),
-       view_of(layer_out, DType::kF32, {T, config.hidden}), options.row_stable},
-      backend));
+       view_of(layer_out, DType::kF32, {T, config.hidden}), options.row_stable}));
   for (std::size_t i = 0; i < x.size(); ++i) x[i] += layer_out[i];
   model_detail::rms_norm_rows(x.data(), T, config.hidden, nullptr, config.rms_eps);
   stats.output_s += seconds_since(start);
@@ -487,7 +505,8 @@ Status Model::step(const std::vector<StepEntry>& batch, const TensorView& x, con
     const StepEntry& e = batch[static_cast<std::size_t>(i)];
     if (e.request < 0 || e.request >= static_cast<int>(m.requests.size()) ||
         !m.requests[static_cast<std::size_t>(e.request)].live) {
-      return fail(invalid_argument(fmt::format("batch[{}].request", i), "a live request id", std::to_string(e.request)));
+      return fail(
+          invalid_argument(fmt::format("batch[{}].request", i), "a live request id", std::to_string(e.request)));
     }
     for (std::int64_t j = 0; j < i; ++j) {
       if (batch[static_cast<std::size_t>(j)].request == e.request) {
@@ -504,7 +523,8 @@ Status Model::step(const std::vector<StepEntry>& batch, const TensorView& x, con
     T += e.query_len;
   }
   if (T > m.options.max_batched_tokens) {
-    return fail(out_of_range("batch", fmt::format("at most {} tokens", m.options.max_batched_tokens), std::to_string(T)));
+    return fail(
+        out_of_range("batch", fmt::format("at most {} tokens", m.options.max_batched_tokens), std::to_string(T)));
   }
   for (const auto& [view, name] : {std::pair{&x, "x"}, std::pair{&out, "out"}}) {
     if (!view->present() || view->dtype != DType::kF32 || view->rank != 2 || view->shape[0] != T ||
@@ -514,6 +534,14 @@ Status Model::step(const std::vector<StepEntry>& batch, const TensorView& x, con
     }
   }
   if (stats == nullptr) return fail(invalid_argument("stats", "a StepStats", "nullptr"));
+  const Backend resolved = resolve_backend(backend);
+  if (resolved != Backend::kReference && resolved != Backend::kCpu) {
+    return fail(unimplemented(fmt::format("Model runs on the host backends (reference, cpu), not '{}': the GPU "
+                                          "step is CudaModel (smla/cuda_model.h)",
+                                          backend_name(resolved))));
+  }
+  auto context = m.context_for(resolved);
+  if (!context) return fail(context.status());
 
   // Pages for the new lengths, then the batch description.
   std::vector<std::int32_t> query_lens(static_cast<std::size_t>(R)), seq_lens(static_cast<std::size_t>(R));
@@ -523,7 +551,8 @@ Status Model::step(const std::vector<StepEntry>& batch, const TensorView& x, con
     RequestState& r = m.requests[static_cast<std::size_t>(e.request)];
     const std::int64_t new_len = r.seq_len + e.query_len;
     SMLA_RETURN_IF_ERROR(m.swa_pool.reserve(r.swa_pages, cdiv(new_len, kSwaPage), "swa").with_context("Model::step: "));
-    SMLA_RETURN_IF_ERROR(m.c4_pool.reserve(r.c4_pages, cdiv(new_len, kLogicalBlock), "c4").with_context("Model::step: "));
+    SMLA_RETURN_IF_ERROR(
+        m.c4_pool.reserve(r.c4_pages, cdiv(new_len, kLogicalBlock), "c4").with_context("Model::step: "));
     SMLA_RETURN_IF_ERROR(
         m.c128_pool.reserve(r.c128_pages, cdiv(new_len, kLogicalBlock), "c128").with_context("Model::step: "));
     query_lens[static_cast<std::size_t>(i)] = e.query_len;
@@ -564,8 +593,10 @@ Status Model::step(const std::vector<StepEntry>& batch, const TensorView& x, con
   std::vector<float> hidden(x.ptr<const float>(), x.ptr<const float>() + T * m.config.hidden), layer_out;
   for (int l = 0; l < static_cast<int>(m.layers.size()); ++l) {
     Status s = m.run_layer(l, *meta, c4_table, c128_table, R, c_cols, c_cols, c4_state_table, c128_state_table,
-                           c4_state_cols, c128_state_cols, hidden, layer_out, backend, verify, *stats);
-    if (!s.ok()) return s.with_context(fmt::format("Model::step: layer {} ({}): ", l, layer_type_name(m.layers[static_cast<std::size_t>(l)].type)));
+                           c4_state_cols, c128_state_cols, hidden, layer_out, **context, verify, *stats);
+    if (!s.ok())
+      return s.with_context(
+          fmt::format("Model::step: layer {} ({}): ", l, layer_type_name(m.layers[static_cast<std::size_t>(l)].type)));
   }
   std::copy(hidden.begin(), hidden.end(), out.ptr<float>());
   for (std::int64_t i = 0; i < R; ++i) {

@@ -6,7 +6,7 @@
 #include "smla/kv_format.h"
 #include "smla/numeric.h"
 #include "src/layer/checks.h"
-#include "src/layer/layer_backend.h"
+#include "src/layer/layer_ops.h"
 #include "src/layer/reference/rope_f64.h"
 
 namespace smla::layer_detail {

@@ -4,7 +4,7 @@
 #include "smla/numeric.h"
 #include "src/layer/cache_rows.h"
 #include "src/layer/checks.h"
-#include "src/layer/layer_backend.h"
+#include "src/layer/layer_ops.h"
 #include "src/layer/reference/rope_f64.h"
 
 namespace smla::layer_detail {

@@ -1,5 +1,5 @@
 #include "src/layer/checks.h"
-#include "src/layer/layer_backend.h"
+#include "src/layer/layer_ops.h"
 #include "src/layer/reference/rope_f64.h"
 
 namespace smla::layer_detail {

@@ -1,6 +1,8 @@
 // Shared checks of the CUDA attention tests: run the float64 reference on a
-// host testkit case and the cuda backend on a device copy (outputs poisoned on
-// both sides), then compare every element within bf16 tolerances.
+// host testkit case and every cuda implementation in the registry that runs on
+// this device (selected by name through TuningOptions) on a device copy
+// (outputs poisoned on both sides), then compare every element within bf16
+// tolerances.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -8,11 +10,14 @@
 
 #include <cstdint>
 #include <functional>
+#include <stdexcept>
+#include <iostream>
 #include <string>
-
-#include "smla/cuda.h"
+#include <vector>
 
 #include "smla/attention.h"
+#include "smla/context.h"
+#include "smla/registry.h"
 #include "tests/common/test_common.h"
 #include "testkit/cuda/device_copy.h"
 #include "testkit/testkit.h"
@@ -29,24 +34,65 @@ namespace smla::cudatest {
 inline const testkit::Tolerance kOutTolerance{2e-2, 2e-2, 1e-4};
 inline const testkit::Tolerance kStatTolerance{2e-3, 1e-4, 1e-6};
 
+// A cuda context with these tuning options on the current device.
+inline Context cuda_context(const TuningOptions& tuning = {}) {
+  auto context = Context::create(Backend::kCuda, tuning);
+  EXPECT_TRUE(testing::IsOk(context.status()));
+  if (!context) throw std::runtime_error(context.status().to_string());
+  return *context;
+}
+
+struct KernelChoice {
+  std::string label;
+  TuningOptions tuning;
+};
+
+// Every cuda implementation of `op` that runs on this device, named through
+// TuningOptions::implementation (the registry, not a hard-coded list); the sm90
+// kernel also without CTA pairs when a token has two 64-row head blocks.
+inline std::vector<KernelChoice> kernel_choices(Op op, std::int64_t heads) {
+  std::vector<KernelChoice> choices;
+  const Context context = cuda_context();
+  for (const Implementation& implementation : implementations()) {
+    if (implementation.op != op || implementation.backend != Backend::kCuda) continue;
+    Problem probe;
+    probe.op = op;
+    const std::string reason = unsupported_reason(implementation, context, probe);
+    if (!reason.empty()) {
+      std::cout << "[ NOTE ] " << implementation.name << " does not run here: " << reason << "\n";
+      continue;
+    }
+    TuningOptions tuning;
+    tuning.implementation = std::string(implementation.name);
+    choices.push_back({tuning.implementation, tuning});
+    if (implementation.name == "cuda.sm90" && heads > 64 && heads <= 128) {
+      tuning.sm90_pair_head_blocks = false;
+      choices.push_back({"cuda.sm90 without CTA pairs", tuning});
+    }
+  }
+  return choices;
+}
+
 inline void expect_decode_matches(testkit::DecodeCaseOptions options, const std::string& what) {
   options.seed = testing::test_seed() + options.seed;
   SMLA_SEED_TRACE(options.seed);
   SCOPED_TRACE(what);
   testkit::DecodeCase c = testkit::make_decode_case(options);
   ASSERT_TRUE(testing::IsOk(sparse_decode(c.args(), Backend::kReference)));
-
-  testkit::HostTensor got_out = c.make_out();
-  testkit::HostTensor got_lse = c.make_lse();
-  testkit::poison(got_out.view());
-  testkit::poison(got_lse.view());
-  DeviceDecodeArgs device(c.args_with_outputs(got_out.view(), got_lse.view()));
-  ASSERT_TRUE(testing::IsOk(sparse_decode(device.args, Backend::kCuda)));
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  copy_to_host(*device.out, got_out.view());
-  copy_to_host(*device.lse, got_lse.view());
-  EXPECT_TRUE(testing::WithinTolerance(testkit::compare_bf16(got_out.view(), c.out().view(), kOutTolerance), "out"));
-  EXPECT_TRUE(testing::WithinTolerance(testkit::compare_f32(got_lse.view(), c.lse().view(), kStatTolerance), "lse"));
+  for (const KernelChoice& choice : kernel_choices(Op::kSparseDecode, options.num_heads)) {
+    SCOPED_TRACE(choice.label);
+    testkit::HostTensor got_out = c.make_out();
+    testkit::HostTensor got_lse = c.make_lse();
+    testkit::poison(got_out.view());
+    testkit::poison(got_lse.view());
+    DeviceDecodeArgs device(c.args_with_outputs(got_out.view(), got_lse.view()));
+    ASSERT_TRUE(testing::IsOk(sparse_decode(cuda_context(choice.tuning), device.args)));
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    copy_to_host(*device.out, got_out.view());
+    copy_to_host(*device.lse, got_lse.view());
+    EXPECT_TRUE(testing::WithinTolerance(testkit::compare_bf16(got_out.view(), c.out().view(), kOutTolerance), "out"));
+    EXPECT_TRUE(testing::WithinTolerance(testkit::compare_f32(got_lse.view(), c.lse().view(), kStatTolerance), "lse"));
+  }
 }
 
 inline void expect_prefill_matches(testkit::PrefillCaseOptions options, const std::string& what) {
@@ -55,24 +101,28 @@ inline void expect_prefill_matches(testkit::PrefillCaseOptions options, const st
   SCOPED_TRACE(what);
   testkit::PrefillCase c = testkit::make_prefill_case(options);
   ASSERT_TRUE(testing::IsOk(sparse_prefill(c.args(), Backend::kReference)));
-  testkit::HostTensor got_out = c.make_out();
-  testkit::HostTensor got_max = c.make_max_logits();
-  testkit::HostTensor got_lse = c.make_lse();
-  testkit::poison(got_out.view());
-  testkit::poison(got_max.view());
-  testkit::poison(got_lse.view());
-  DevicePrefillArgs device(c.args_with_outputs(got_out.view(), got_max.view(), got_lse.view()));
-  ASSERT_TRUE(testing::IsOk(sparse_prefill(device.args, Backend::kCuda)));
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  copy_to_host(*device.out, got_out.view());
-  copy_to_host(*device.max_logits, got_max.view());
-  copy_to_host(*device.lse, got_lse.view());
-  EXPECT_TRUE(testing::WithinTolerance(testkit::compare_bf16(got_out.view(), c.out().view(), kOutTolerance), "out"));
-  EXPECT_TRUE(testing::WithinTolerance(testkit::compare_f32(got_max.view(), c.max_logits().view(), kStatTolerance), "max"));
-  EXPECT_TRUE(testing::WithinTolerance(testkit::compare_f32(got_lse.view(), c.lse().view(), kStatTolerance), "lse"));
+  for (const KernelChoice& choice : kernel_choices(Op::kSparsePrefill, options.num_heads)) {
+    SCOPED_TRACE(choice.label);
+    testkit::HostTensor got_out = c.make_out();
+    testkit::HostTensor got_max = c.make_max_logits();
+    testkit::HostTensor got_lse = c.make_lse();
+    testkit::poison(got_out.view());
+    testkit::poison(got_max.view());
+    testkit::poison(got_lse.view());
+    DevicePrefillArgs device(c.args_with_outputs(got_out.view(), got_max.view(), got_lse.view()));
+    ASSERT_TRUE(testing::IsOk(sparse_prefill(cuda_context(choice.tuning), device.args)));
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    copy_to_host(*device.out, got_out.view());
+    copy_to_host(*device.max_logits, got_max.view());
+    copy_to_host(*device.lse, got_lse.view());
+    EXPECT_TRUE(testing::WithinTolerance(testkit::compare_bf16(got_out.view(), c.out().view(), kOutTolerance), "out"));
+    EXPECT_TRUE(
+        testing::WithinTolerance(testkit::compare_f32(got_max.view(), c.max_logits().view(), kStatTolerance), "max"));
+    EXPECT_TRUE(testing::WithinTolerance(testkit::compare_f32(got_lse.view(), c.lse().view(), kStatTolerance), "lse"));
+  }
 }
 
-// Captures one cuda_sparse_decode of case `c` (with `queries_per_request`) in a
+// Captures one sparse_decode (cuda) of case `c` (with `queries_per_request`) in a
 // CUDA graph, changes the length VALUES on the device with `shrink_lengths`
 // (applied to the host arguments; keep the new lengths inside the old ones:
 // rows past them may hold NaN poison), replays the graph and compares with the
@@ -85,15 +135,18 @@ inline void expect_graph_replay_follows_new_lengths(testkit::DecodeCase& c, std:
   SparseDecodeArgs captured_args = c.args_with_outputs(got_out.view(), got_lse.view());
   captured_args.queries_per_request = queries_per_request;
   DeviceDecodeArgs device(captured_args);
-  auto bytes = cuda_sparse_decode_workspace_size(device.args);
-  ASSERT_TRUE(testing::IsOk(bytes.status()));
-  DeviceBuffer workspace(*bytes);
+  Context context = cuda_context();
+  auto plan = plan_sparse_decode(context, device.args);
+  ASSERT_TRUE(testing::IsOk(plan.status()));
+  DeviceBuffer workspace(plan->workspace_bytes());
+  context.set_workspace(workspace.data(), plan->workspace_bytes());
 
   cudaStream_t stream = nullptr;
   ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  context.set_stream(stream);
   cudaGraph_t graph = nullptr;
   ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
-  const Status captured = cuda_sparse_decode(device.args, workspace.data(), *bytes, stream);
+  const Status captured = sparse_decode(context, *plan, device.args);
   ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
   ASSERT_TRUE(testing::IsOk(captured));
   cudaGraphExec_t exec = nullptr;

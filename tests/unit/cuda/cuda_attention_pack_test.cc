@@ -15,7 +15,6 @@
 #include <vector>
 
 #include "smla/attention.h"
-#include "smla/cuda.h"
 #include "src/cuda/attention_plan.h"
 #include "tests/common/test_common.h"
 #include "tests/unit/cuda/attention_expect.h"
@@ -112,29 +111,15 @@ std::vector<Scenario> scenarios() {
           {"zero lengths", zero_lengths, 0.0},             {"invalid entries", invalid_entries, 0.2}};
 }
 
-// Sets SMLA_CUDA_PACK_MAX_ROWS for its lifetime (nullptr: unset). Set, the plan
-// packs the most tokens within that many rows instead of its tuned choice (which
-// leaves full 16-row tiles unpacked), so every tile size is tested packed.
-class ScopedPackMaxRows {
- public:
-  explicit ScopedPackMaxRows(const char* rows) {
-    if (rows != nullptr) {
-      setenv("SMLA_CUDA_PACK_MAX_ROWS", rows, 1);
-    } else {
-      unsetenv("SMLA_CUDA_PACK_MAX_ROWS");
-    }
-  }
-  ~ScopedPackMaxRows() { unsetenv("SMLA_CUDA_PACK_MAX_ROWS"); }
-  ScopedPackMaxRows(const ScopedPackMaxRows&) = delete;
-  ScopedPackMaxRows& operator=(const ScopedPackMaxRows&) = delete;
-};
-
 struct DeviceResult {
   testkit::HostTensor out;
   testkit::HostTensor lse;
 };
 
-DeviceResult run_cuda(const testkit::DecodeCase& c, SparseDecodeArgs host, std::int64_t queries_per_request) {
+// pack_max_rows: -1 the tuned rule; 32 / 64 the plain rule within that many rows
+// (packs the most tokens, so every tile size is tested packed).
+DeviceResult run_cuda(const testkit::DecodeCase& c, SparseDecodeArgs host, std::int64_t queries_per_request,
+                      int pack_max_rows = -1) {
   DeviceResult result{c.make_out(), c.make_lse()};
   testkit::poison(result.out.view());
   testkit::poison(result.lse.view());
@@ -142,7 +127,10 @@ DeviceResult run_cuda(const testkit::DecodeCase& c, SparseDecodeArgs host, std::
   host.lse = result.lse.view();
   host.queries_per_request = queries_per_request;
   DeviceDecodeArgs device(host);
-  EXPECT_TRUE(IsOk(sparse_decode(device.args, Backend::kCuda))) << "queries_per_request " << queries_per_request;
+  TuningOptions tuning;
+  tuning.pack_max_rows = pack_max_rows;
+  EXPECT_TRUE(IsOk(sparse_decode(cudatest::cuda_context(tuning), device.args)))
+      << "queries_per_request " << queries_per_request;
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   cudatest::copy_to_host(*device.out, result.out.view());
   cudatest::copy_to_host(*device.lse, result.lse.view());
@@ -167,10 +155,9 @@ void expect_packed_matches(testkit::DecodeCaseOptions options, const Scenario& s
 
   const DeviceResult unpacked = run_cuda(c, host, 1);
   EXPECT_TRUE(WithinTolerance(testkit::compare_bf16(unpacked.out.view(), c.out().view(), kOutTolerance), "unpacked out"));
-  for (const char* max_rows : {static_cast<const char*>(nullptr), "32", "64"}) {
-    SCOPED_TRACE(std::string("packing rule: ") + (max_rows == nullptr ? "tuned" : max_rows));
-    const ScopedPackMaxRows cap(max_rows);
-    const DeviceResult packed = run_cuda(c, host, options.s_q);
+  for (int max_rows : {-1, 32, 64}) {
+    SCOPED_TRACE("packing rule: " + (max_rows < 0 ? std::string("tuned") : std::to_string(max_rows)));
+    const DeviceResult packed = run_cuda(c, host, options.s_q, max_rows);
     EXPECT_TRUE(WithinTolerance(testkit::compare_bf16(packed.out.view(), c.out().view(), kOutTolerance), "packed out"));
     EXPECT_TRUE(WithinTolerance(testkit::compare_f32(packed.lse.view(), c.lse().view(), kStatTolerance), "packed lse"));
     EXPECT_TRUE(WithinTolerance(testkit::compare_bf16(packed.out.view(), unpacked.out.view(), kOutTolerance),

@@ -1,17 +1,16 @@
 // The Hopper (sm_90a, wgmma) attention kernel against the float64 reference:
 // long key lists (many 64-key tiles, so both K buffers and every barrier are
 // reused), tile-boundary lengths, splits, padded head rows, every row format,
-// both prefill sources. Each case runs on the sm90 kernel (with and without CTA
-// pairs for h_q 65..128) and with SMLA_CUDA_ATTENTION=portable,
-// so all stay checked on an H100. On other devices only the portable kernel runs
-// (the skip message says so).
+// both prefill sources. Each case runs on every cuda implementation in the
+// registry that runs on this device (attention_expect.h): cuda.sm90 with and
+// without CTA pairs for h_q 65..128, and cuda.portable, so all stay checked on
+// an H100. On other devices only the portable kernel runs (a note says so).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <functional>
 #include <string>
 
-#include "src/cuda/sparse_attention_launch.h"
 #include "tests/unit/cuda/attention_expect.h"
 
 namespace smla {
@@ -19,28 +18,6 @@ namespace {
 
 using cudatest::expect_decode_matches;
 using cudatest::expect_prefill_matches;
-
-// Runs `check` on the default kernel choice (h_q 65..128 tokens as CTA pairs on
-// the sm90 kernel), on the sm90 kernel without pairs, then on the portable kernel.
-void on_both_kernels(const std::function<void(const std::string&)>& check) {
-  const bool sm90 = cuda::sm90_attention_usable();
-  check(sm90 ? "sm90 kernel" : "portable kernel (no sm90 device)");
-  if (sm90) {
-    ::setenv("SMLA_SM90_PAIR", "off", 1);
-    check("sm90 kernel, no CTA pairs");
-    ::unsetenv("SMLA_SM90_PAIR");
-  }
-  ::setenv("SMLA_CUDA_ATTENTION", "portable", 1);
-  check("portable kernel");
-  ::unsetenv("SMLA_CUDA_ATTENTION");
-}
-
-// Skips without a device; says so when both runs will use the portable kernel.
-#define SKIP_WITHOUT_DEVICE_NOTE_KERNEL()                                                                       \
-  do {                                                                                                          \
-    SKIP_WITHOUT_DEVICE();                                                                                      \
-    if (!cuda::sm90_attention_usable()) std::cout << "[ NOTE ] no sm_90a device: both runs use the portable kernel\n"; \
-  } while (0)
 
 testkit::DecodeCaseOptions long_v4_case() {
   testkit::DecodeCaseOptions o;
@@ -57,105 +34,93 @@ testkit::DecodeCaseOptions long_v4_case() {
 }
 
 TEST(CudaSm90Attention, LongKeyListsH64AndH128) {
-  SKIP_WITHOUT_DEVICE_NOTE_KERNEL();
-  on_both_kernels([](const std::string& kernel) {
-    testkit::DecodeCaseOptions o = long_v4_case();
-    expect_decode_matches(o, kernel + " h64");
-    o.num_heads = 128;
-    o.seed = 2;
-    expect_decode_matches(o, kernel + " h128");
-  });
+  SKIP_WITHOUT_DEVICE();
+  testkit::DecodeCaseOptions o = long_v4_case();
+  expect_decode_matches(o, "h64");
+  o.num_heads = 128;
+  o.seed = 2;
+  expect_decode_matches(o, "h128");
 }
 
 TEST(CudaSm90Attention, LengthsInvalidIndicesOddPagesPaddedRows) {
-  SKIP_WITHOUT_DEVICE_NOTE_KERNEL();
-  on_both_kernels([](const std::string& kernel) {
-    for (std::int64_t heads : {33, 64, 100, 128}) {
-      testkit::DecodeCaseOptions o = long_v4_case();
-      o.num_heads = heads;
-      o.random_lengths = true;
-      o.invalid_index_fraction = 0.25;
-      o.main_page_size = 37;
-      o.extra_page_size = 3;
-      o.num_requests = 3;
-      o.s_q = 3;
-      o.seed = static_cast<std::uint64_t>(heads);
-      expect_decode_matches(o, kernel + " heads " + std::to_string(heads));
-    }
-  });
+  SKIP_WITHOUT_DEVICE();
+  for (std::int64_t heads : {33, 64, 100, 128}) {
+    testkit::DecodeCaseOptions o = long_v4_case();
+    o.num_heads = heads;
+    o.random_lengths = true;
+    o.invalid_index_fraction = 0.25;
+    o.main_page_size = 37;
+    o.extra_page_size = 3;
+    o.num_requests = 3;
+    o.s_q = 3;
+    o.seed = static_cast<std::uint64_t>(heads);
+    expect_decode_matches(o, "heads " + std::to_string(heads));
+  }
 }
 
 // Lengths on and around the 64-key tile edges and the 32-key halves of a CTA pair.
 TEST(CudaSm90Attention, TileEdgeLengths) {
-  SKIP_WITHOUT_DEVICE_NOTE_KERNEL();
-  on_both_kernels([](const std::string& kernel) {
-    for (std::int64_t heads : {64, 128}) {  // 128: CTA pairs, each expanding half of a tile
-      for (std::int64_t keys : {1, 31, 32, 33, 63, 64, 65, 127, 128, 129}) {
-        testkit::DecodeCaseOptions o = long_v4_case();
-        o.num_heads = heads;
-        o.main_topk = keys;
-        o.extra_topk = 0;
-        o.main_context = 300;
-        o.seed = static_cast<std::uint64_t>(keys);
-        expect_decode_matches(o, kernel + " heads " + std::to_string(heads) + " keys " + std::to_string(keys));
-      }
+  SKIP_WITHOUT_DEVICE();
+  for (std::int64_t heads : {64, 128}) {  // 128: CTA pairs, each expanding half of a tile
+    for (std::int64_t keys : {1, 31, 32, 33, 63, 64, 65, 127, 128, 129}) {
+      testkit::DecodeCaseOptions o = long_v4_case();
+      o.num_heads = heads;
+      o.main_topk = keys;
+      o.extra_topk = 0;
+      o.main_context = 300;
+      o.seed = static_cast<std::uint64_t>(keys);
+      expect_decode_matches(o, "heads " + std::to_string(heads) + " keys " + std::to_string(keys));
     }
-  });
+  }
 }
 
 // One token: its keys are split over many CTAs and merged by the combine.
 TEST(CudaSm90Attention, SplitOverKeys) {
-  SKIP_WITHOUT_DEVICE_NOTE_KERNEL();
-  on_both_kernels([](const std::string& kernel) {
-    testkit::DecodeCaseOptions o = long_v4_case();
-    o.num_requests = 1;
-    o.s_q = 1;
-    o.random_lengths = true;
-    expect_decode_matches(o, kernel + " one token h64");
-    o.num_heads = 128;
-    o.strided = true;
-    expect_decode_matches(o, kernel + " one token h128 strided");
-  });
+  SKIP_WITHOUT_DEVICE();
+  testkit::DecodeCaseOptions o = long_v4_case();
+  o.num_requests = 1;
+  o.s_q = 1;
+  o.random_lengths = true;
+  expect_decode_matches(o, "one token h64");
+  o.num_heads = 128;
+  o.strided = true;
+  expect_decode_matches(o, "one token h128 strided");
 }
 
 TEST(CudaSm90Attention, EveryRowFormat) {
-  SKIP_WITHOUT_DEVICE_NOTE_KERNEL();
-  on_both_kernels([](const std::string& kernel) {
-    testkit::DecodeCaseOptions v32;
-    v32.format = KvFormat::kV32Fp8;
-    v32.num_requests = 2;
-    v32.num_heads = 128;
-    v32.main_topk = 2048;
-    v32.main_context = 3000;
-    v32.extra_topk = 0;
-    v32.random_lengths = true;
-    v32.invalid_index_fraction = 0.1;
-    expect_decode_matches(v32, kernel + " v3.2 h128 topk 2048");
-    for (KvFormat format : {KvFormat::kBf16Rows, KvFormat::kFp8Rows}) {
-      testkit::DecodeCaseOptions o = long_v4_case();
-      o.format = format;
-      o.num_heads = 128;  // two head blocks: a CTA pair on the sm90 kernel
-      o.random_lengths = true;
-      o.strided = true;
-      expect_decode_matches(o, kernel + " " + std::string(kv_format_name(format)));
-    }
-  });
+  SKIP_WITHOUT_DEVICE();
+  testkit::DecodeCaseOptions v32;
+  v32.format = KvFormat::kV32Fp8;
+  v32.num_requests = 2;
+  v32.num_heads = 128;
+  v32.main_topk = 2048;
+  v32.main_context = 3000;
+  v32.extra_topk = 0;
+  v32.random_lengths = true;
+  v32.invalid_index_fraction = 0.1;
+  expect_decode_matches(v32, "v3.2 h128 topk 2048");
+  for (KvFormat format : {KvFormat::kBf16Rows, KvFormat::kFp8Rows}) {
+    testkit::DecodeCaseOptions o = long_v4_case();
+    o.format = format;
+    o.num_heads = 128;  // two head blocks: a CTA pair on the sm90 kernel
+    o.random_lengths = true;
+    o.strided = true;
+    expect_decode_matches(o, "" + std::string(kv_format_name(format)));
+  }
 }
 
 TEST(CudaSm90Attention, FlatPrefillBothHeadDims) {
-  SKIP_WITHOUT_DEVICE_NOTE_KERNEL();
-  on_both_kernels([](const std::string& kernel) {
-    testkit::PrefillCaseOptions o;
-    o.s_q = 9;
-    o.s_kv = 1500;
-    o.num_heads = 128;
-    o.topk = 700;
-    expect_prefill_matches(o, kernel + " d512 h128");
-    o.d_qk = 576;
-    o.num_heads = 64;
-    o.strided = true;
-    expect_prefill_matches(o, kernel + " d576 h64 strided");
-  });
+  SKIP_WITHOUT_DEVICE();
+  testkit::PrefillCaseOptions o;
+  o.s_q = 9;
+  o.s_kv = 1500;
+  o.num_heads = 128;
+  o.topk = 700;
+  expect_prefill_matches(o, "d512 h128");
+  o.d_qk = 576;
+  o.num_heads = 64;
+  o.strided = true;
+  expect_prefill_matches(o, "d576 h64 strided");
 }
 
 }  // namespace

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "smla/attention.h"
-#include "smla/cuda.h"
+#include "smla/context.h"
 #include "tests/common/test_common.h"
 #include "tests/unit/cuda/attention_expect.h"
 #include "testkit/cuda/device_copy.h"
@@ -142,15 +142,23 @@ TEST(CudaSparseDecode, ExplicitWorkspaceOnStream) {
   testkit::poison(got_lse.view());
   DeviceDecodeArgs device(c.args_with_outputs(got_out.view(), got_lse.view()));
 
-  auto bytes = cuda_sparse_decode_workspace_size(device.args);
-  ASSERT_TRUE(IsOk(bytes.status()));
-  ASSERT_GT(*bytes, 0u) << "a single token should be split over keys";
-  DeviceBuffer workspace(*bytes);
+  Context context = cudatest::cuda_context();
+  auto plan = plan_sparse_decode(context, device.args);
+  ASSERT_TRUE(IsOk(plan.status()));
+  const std::size_t bytes = plan->workspace_bytes();
+  ASSERT_GT(bytes, 0u) << "a single token should be split over keys: " << plan->describe();
+  auto queried = sparse_decode_workspace_size(context, device.args);
+  ASSERT_TRUE(IsOk(queried.status()));
+  EXPECT_EQ(*queried, bytes);
+  DeviceBuffer workspace(bytes);
   cudaStream_t stream = nullptr;
   ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
-  EXPECT_TRUE(testing::FailsWith(cuda_sparse_decode(device.args, workspace.data(), *bytes - 1, stream),
-                                 StatusCode::kInvalidArgument, {"workspace_bytes"}));
-  ASSERT_TRUE(IsOk(cuda_sparse_decode(device.args, workspace.data(), *bytes, stream)));
+  context.set_stream(stream);
+  context.set_workspace(workspace.data(), bytes - 1);
+  EXPECT_TRUE(testing::FailsWith(sparse_decode(context, *plan, device.args), StatusCode::kInvalidArgument,
+                                 {"workspace"}));
+  context.set_workspace(workspace.data(), bytes);
+  ASSERT_TRUE(IsOk(sparse_decode(context, *plan, device.args)));
   ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
   cudaStreamDestroy(stream);
   cudatest::copy_to_host(*device.out, got_out.view());

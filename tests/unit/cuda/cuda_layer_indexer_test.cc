@@ -13,7 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "smla/cuda_layer.h"
+#include "smla/layer.h"
+#include "tests/unit/cuda/cuda_context.h"
 #include "smla/indexer.h"
 #include "smla/layer.h"
 #include "smla/numeric.h"
@@ -244,12 +245,12 @@ void check_projection(const ProjectionCase& c, std::mt19937_64& rng) {
   device.wo_a = d_wa.view;
   device.wo_b = d_wb.view;
   device.out = d_out.view;
-  auto bytes = cuda_project_output_workspace_size(device);
+  auto bytes = project_output_workspace_size(cudatest_context(), device);
   ASSERT_TRUE(IsOk(bytes.status()));
   DeviceBuffer workspace(*bytes);
   cudaStream_t stream = nullptr;
   check_cuda(cudaStreamCreate(&stream), "stream");
-  const Status status = cuda_project_output(device, workspace.data(), workspace.bytes(), stream);
+  const Status status = project_output(cudatest_context(stream, workspace.data(), workspace.bytes()), device);
   check_cuda(cudaStreamSynchronize(stream), "sync");
   check_cuda(cudaStreamDestroy(stream), "stream destroy");
   ASSERT_TRUE(IsOk(status));
@@ -302,6 +303,7 @@ TEST(CudaProjectOutput, Bf16WeightsMatchReference) {
 }
 
 TEST(CudaProjectOutput, ErrorsNameTheArgument) {
+  SKIP_WITHOUT_CUDA_CONTEXT();  // a cuda context needs a device
   auto table = RopeTable::create(RopeConfig::compressed(), 8);
   ASSERT_TRUE(IsOk(table.status()));
   OutputProjectionArgs args;
@@ -311,14 +313,17 @@ TEST(CudaProjectOutput, ErrorsNameTheArgument) {
   args.wo_a = fake_cuda(TensorView::contiguous(nullptr, DType::kBF16, {2, 8, 1024}));
   args.wo_b = fake_cuda(TensorView::contiguous(nullptr, DType::kBF16, {16, 16}));
   args.out = fake_cuda(TensorView::contiguous(nullptr, DType::kF32, {2, 16}));
-  auto bytes = cuda_project_output_workspace_size(args);
+  auto bytes = project_output_workspace_size(cudatest_context(), args);
   ASSERT_TRUE(IsOk(bytes.status()));
   EXPECT_GE(*bytes, cuda::kCublasLtWorkspaceBytes + 2 * 4 * 512 * 2 + 2 * 16 * 2);
-  EXPECT_TRUE(FailsWith(cuda_project_output(args, nullptr, *bytes - 1, nullptr), StatusCode::kInvalidArgument,
-                        {"workspace_bytes", std::to_string(*bytes)}));
+  EXPECT_TRUE(FailsWith(project_output(cudatest_context(nullptr, nullptr, *bytes - 1), args),
+                        StatusCode::kInvalidArgument, {"workspace", std::to_string(*bytes)}));
   auto expect_error = [&](OutputProjectionArgs bad, const char* name) {
-    EXPECT_TRUE(FailsWith(cuda_project_output(bad, nullptr, 0, nullptr), StatusCode::kInvalidArgument, {name})) << name;
-    EXPECT_TRUE(FailsWith(cuda_project_output_workspace_size(bad).status(), StatusCode::kInvalidArgument, {name}))
+    EXPECT_TRUE(
+        FailsWith(project_output(cudatest_context(nullptr, nullptr, 0), bad), StatusCode::kInvalidArgument, {name}))
+        << name;
+    EXPECT_TRUE(FailsWith(project_output_workspace_size(cudatest_context(), bad).status(), StatusCode::kInvalidArgument,
+                          {name}))
         << name;
   };
   OutputProjectionArgs bad = args;
@@ -392,11 +397,11 @@ struct DeviceTopk {
   }
   // Runs the op (workspace from the size query) and returns the rows [T, k].
   std::vector<std::int32_t> run() {
-    auto bytes = cuda_indexer_topk_workspace_size(args);
+    auto bytes = indexer_topk_workspace_size(cudatest_context(), args);
     EXPECT_TRUE(IsOk(bytes.status()));
     if (!bytes) return {};
     DeviceBuffer workspace(*bytes);
-    const Status status = cuda_indexer_topk(args, workspace.data(), workspace.bytes(), nullptr);
+    const Status status = indexer_topk(cudatest_context(nullptr, workspace.data(), workspace.bytes()), args);
     check_cuda(cudaDeviceSynchronize(), "sync");
     EXPECT_TRUE(IsOk(status));
     const std::int64_t tokens = args.topk_indices.shape[0], k = args.topk_indices.shape[1];
@@ -669,6 +674,7 @@ TEST(CudaIndexerTopk, ShortContextRowsNeedNoReadableKeys) {
 }
 
 TEST(CudaIndexerTopk, ErrorsNameTheArgument) {
+  SKIP_WITHOUT_CUDA_CONTEXT();  // a cuda context needs a device
   IndexerTopkArgs args;
   args.q_fp8 = fake_cuda(TensorView::contiguous(nullptr, DType::kE4M3, {2, 4, 128}));
   args.head_weights = fake_cuda(TensorView::contiguous(nullptr, DType::kF32, {2, 4}));
@@ -677,16 +683,20 @@ TEST(CudaIndexerTopk, ErrorsNameTheArgument) {
   args.token_to_request = fake_cuda(TensorView::contiguous(nullptr, DType::kI32, {2}));
   args.block_table = fake_cuda(TensorView::contiguous(nullptr, DType::kI32, {1, 6}));
   args.topk_indices = fake_cuda(TensorView::contiguous(nullptr, DType::kI32, {2, 8}));
-  auto bytes = cuda_indexer_topk_workspace_size(args);
+  auto bytes = indexer_topk_workspace_size(cudatest_context(), args);
   ASSERT_TRUE(IsOk(bytes.status()));
   EXPECT_GE(*bytes, std::size_t{2} * 30 * 4);  // [T, columns * page size] keys
-  EXPECT_TRUE(FailsWith(cuda_indexer_topk(args, nullptr, *bytes - 1, nullptr), StatusCode::kInvalidArgument,
-                        {"workspace_bytes"}));
-  EXPECT_TRUE(FailsWith(cuda_indexer_topk(args, reinterpret_cast<void*>(std::uintptr_t{8}), *bytes, nullptr),
-                        StatusCode::kInvalidArgument, {"workspace", "aligned"}));
+  EXPECT_TRUE(FailsWith(indexer_topk(cudatest_context(nullptr, nullptr, *bytes - 1), args),
+                        StatusCode::kInvalidArgument, {"workspace"}));
+  EXPECT_TRUE(
+      FailsWith(indexer_topk(cudatest_context(nullptr, reinterpret_cast<void*>(std::uintptr_t{8}), *bytes), args),
+                StatusCode::kInvalidArgument, {"workspace", "aligned"}));
   auto expect_error = [&](IndexerTopkArgs bad, const char* name) {
-    EXPECT_TRUE(FailsWith(cuda_indexer_topk(bad, nullptr, 0, nullptr), StatusCode::kInvalidArgument, {name})) << name;
-    EXPECT_TRUE(FailsWith(cuda_indexer_topk_workspace_size(bad).status(), StatusCode::kInvalidArgument, {name}))
+    EXPECT_TRUE(
+        FailsWith(indexer_topk(cudatest_context(nullptr, nullptr, 0), bad), StatusCode::kInvalidArgument, {name}))
+        << name;
+    EXPECT_TRUE(
+        FailsWith(indexer_topk_workspace_size(cudatest_context(), bad).status(), StatusCode::kInvalidArgument, {name}))
         << name;
   };
   IndexerTopkArgs bad = args;
@@ -767,11 +777,11 @@ TEST(CudaLayerIndexerTiming, DISABLED_TimingV4Shapes) {
     }
     Buffer<std::int32_t> out(DType::kI32, {tokens, kTopK}, 77);
     DeviceTopk device({q8.view, w.view, cache.view, pos.view, to_req.view, table, -1, false, out.view});
-    auto bytes = cuda_indexer_topk_workspace_size(device.args);
+    auto bytes = indexer_topk_workspace_size(cudatest_context(), device.args);
     ASSERT_TRUE(IsOk(bytes.status()));
     DeviceBuffer workspace(*bytes);
-    const double us =
-        time_us([&] { (void)cuda_indexer_topk(device.args, workspace.data(), workspace.bytes(), nullptr); }, 10);
+    const double us = time_us(
+        [&] { (void)indexer_topk(cudatest_context(nullptr, workspace.data(), workspace.bytes()), device.args); }, 10);
     std::printf("indexer_topk T=%d H=%d entries=%lld k=%d: %.1f us\n", tokens, kHeads, static_cast<long long>(kEntries),
                 kTopK, us);
   }
@@ -799,12 +809,12 @@ TEST(CudaLayerIndexerTiming, DISABLED_TimingV4Shapes) {
       args.wo_a = TensorView::contiguous(wo_a.data(), weights, {kGroups, kRank, kHeads / kGroups * 512}, device);
       args.wo_b = TensorView::contiguous(wo_b.data(), weights, {kHidden, kGroups * kRank}, device);
       args.out = TensorView::contiguous(out.data(), DType::kF32, {tokens, kHidden}, device);
-      auto bytes = cuda_project_output_workspace_size(args);
+      auto bytes = project_output_workspace_size(cudatest_context(), args);
       ASSERT_TRUE(IsOk(bytes.status()));
       DeviceBuffer workspace(*bytes);
       Status status = Status::Ok();
-      const double us =
-          time_us([&] { status = cuda_project_output(args, workspace.data(), workspace.bytes(), nullptr); }, 10);
+      const double us = time_us(
+          [&] { status = project_output(cudatest_context(nullptr, workspace.data(), workspace.bytes()), args); }, 10);
       ASSERT_TRUE(IsOk(status));
       std::printf("project_output %s weights T=%d: %.1f us\n", std::string(dtype_name(weights)).c_str(), tokens, us);
     }

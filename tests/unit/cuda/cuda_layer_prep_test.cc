@@ -20,7 +20,8 @@
 
 #include "smla/codec.h"
 #include "smla/compressor.h"
-#include "smla/cuda_layer.h"
+#include "smla/layer.h"
+#include "tests/unit/cuda/cuda_context.h"
 #include "smla/indexer.h"
 #include "smla/layer.h"
 #include "smla/rope.h"
@@ -119,7 +120,7 @@ TEST(CudaApplyRope, MatchesReferenceAndCpuBitsAtAnyOffset) {
 
     OnDevice device;
     const TensorView dx = device.put(x);
-    ASSERT_TRUE(IsOk(cuda_apply_rope({dx, device.put(pos.view), &table, offset, direction}, nullptr)));
+    ASSERT_TRUE(IsOk(apply_rope(cudatest_context(nullptr), {dx, device.put(pos.view), &table, offset, direction})));
     device.fetch(dx);
     const std::vector<float> got = storage.data;
 
@@ -172,7 +173,8 @@ TEST(CudaPrepareQuery, MatchesReferenceWithPaddedHeadsAndStridedInput) {
     Buffer<std::uint16_t> got(DType::kBF16, {tokens, padded, 512}, kBf16NaN);
     OnDevice device;
     const TensorView dout = device.put(got.view);
-    ASSERT_TRUE(IsOk(cuda_prepare_query({device.put(q), device.put(pos.view), &table, 1e-6f, dout}, nullptr)));
+    ASSERT_TRUE(
+        IsOk(prepare_query(cudatest_context(nullptr), {device.put(q), device.put(pos.view), &table, 1e-6f, dout})));
     device.fetch(dout);
 
     pos.data[1] = 0;
@@ -229,9 +231,8 @@ void expect_kv_matches(KvFormat format, DType input_dtype, std::uint64_t seed) {
   OnDevice device;
   const KvCacheView dcache = device.put(cache.view);
   const TensorView drotated = device.put(rotated);
-  ASSERT_TRUE(IsOk(cuda_prepare_kv({device.put(kv), device.put(pos.view), &table, device.put(slots.view), dcache,
-                                    drotated},
-                                   nullptr)));
+  ASSERT_TRUE(IsOk(prepare_kv(cudatest_context(nullptr), {device.put(kv), device.put(pos.view), &table,
+                                                          device.put(slots.view), dcache, drotated})));
   device.fetch(dcache.pages);
   device.fetch(drotated);
 
@@ -467,7 +468,7 @@ void expect_compressor_matches(int ratio, std::optional<KvFormat> format, int ma
     auto host_step = want.step(tokens, &rope);
     ASSERT_TRUE(IsOk(run_compressor(host_step->args, Backend::kReference)));
     auto device_step = got.step(tokens, &rope);
-    ASSERT_TRUE(IsOk(cuda_run_compressor(on_device(device_step->args, device, dstate, ddest), nullptr)));
+    ASSERT_TRUE(IsOk(run_compressor(cudatest_context(nullptr), on_device(device_step->args, device, dstate, ddest))));
     for (const auto& [req, pos] : tokens) {
       if ((pos + 1) % ratio == 0) emitted.insert(got.entry_slot(req, pos / ratio));
     }
@@ -510,7 +511,7 @@ TEST(CudaRunCompressor, OutOfRangeValuesAreSkippedWithoutFaults) {
   OnDevice device;
   const TensorView dstate = device.put(c.state.view);
   const TensorView ddest = device.put(c.dest_pages_view());
-  ASSERT_TRUE(IsOk(cuda_run_compressor(on_device(s->args, device, dstate, ddest), nullptr)));
+  ASSERT_TRUE(IsOk(run_compressor(cudatest_context(nullptr), on_device(s->args, device, dstate, ddest))));
   device.fetch(ddest);
   EXPECT_EQ(c.dest_bytes(), before) << "no emission may land";
 }
@@ -539,8 +540,8 @@ TEST(CudaPrepareIndexerQuery, MatchesReferenceAndCpuBytes) {
   OnDevice device;
   const TensorView dq8 = device.put(got_q.view);
   const TensorView dw = device.put(got_w.view);
-  ASSERT_TRUE(IsOk(cuda_prepare_indexer_query(
-      {device.put(q), device.put(weights.view), device.put(pos.view), &rope, dq8, dw}, nullptr)));
+  ASSERT_TRUE(IsOk(prepare_indexer_query(
+      cudatest_context(nullptr), {device.put(q), device.put(weights.view), device.put(pos.view), &rope, dq8, dw})));
   device.fetch(dq8);
   device.fetch(dw);
 
@@ -583,13 +584,13 @@ TEST(CudaApplyRope, RankTwoInverseUndoesForward) {
   for (auto& p : pos.data) p = static_cast<std::int64_t>(rng() % 1000);
   OnDevice device;
   const TensorView dx = device.put(x.view), dpos = device.put(pos.view);
-  ASSERT_TRUE(IsOk(cuda_apply_rope({dx, dpos, &table, 64, RopeDirection::kForward}, nullptr)));
+  ASSERT_TRUE(IsOk(apply_rope(cudatest_context(nullptr), {dx, dpos, &table, 64, RopeDirection::kForward})));
   device.fetch(dx);
   Buffer<float> want(DType::kF32, {7, 128});
   want.data = input;
   ASSERT_TRUE(IsOk(apply_rope({want.view, pos.view, &table, 64, RopeDirection::kForward}, Backend::kReference)));
   for (std::size_t i = 0; i < x.data.size(); ++i) ASSERT_NEAR(x.data[i], want.data[i], 4e-6f) << i;
-  ASSERT_TRUE(IsOk(cuda_apply_rope({dx, dpos, &table, 64, RopeDirection::kInverse}, nullptr)));
+  ASSERT_TRUE(IsOk(apply_rope(cudatest_context(nullptr), {dx, dpos, &table, 64, RopeDirection::kInverse})));
   device.fetch(dx);
   for (std::size_t i = 0; i < x.data.size(); ++i) ASSERT_NEAR(x.data[i], input[i], 4e-6f) << i;
 }
@@ -604,14 +605,14 @@ TEST(CudaLayerPrep, EmptyBatchesAreNoOps) {
   OnDevice device;
   TensorView q = device.put(x.view), dpos = device.put(pos.view), dout = device.put(out.view);
   q.shape[0] = dpos.shape[0] = dout.shape[0] = 0;
-  EXPECT_TRUE(IsOk(cuda_prepare_query({q, dpos, &table, 1e-6f, dout}, nullptr)));
-  EXPECT_TRUE(IsOk(cuda_apply_rope({q, dpos, &table, 448, RopeDirection::kForward}, nullptr)));
+  EXPECT_TRUE(IsOk(prepare_query(cudatest_context(nullptr), {q, dpos, &table, 1e-6f, dout})));
+  EXPECT_TRUE(IsOk(apply_rope(cudatest_context(nullptr), {q, dpos, &table, 448, RopeDirection::kForward})));
   TensorView kv = q;
   kv.rank = 2;
   kv.shape[1] = 512;
   kv.stride[0] = 512;
   kv.stride[1] = 1;
-  EXPECT_TRUE(IsOk(cuda_prepare_kv({kv, dpos, &table, dpos, device.put(cache.view), {}}, nullptr)));
+  EXPECT_TRUE(IsOk(prepare_kv(cudatest_context(nullptr), {kv, dpos, &table, dpos, device.put(cache.view), {}})));
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
@@ -646,9 +647,9 @@ TEST(CudaLayerPrep, OpsCaptureInACudaGraphOnAStream) {
   cudaStream_t stream = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
   const auto enqueue = [&] {
-    EXPECT_TRUE(IsOk(cuda_prepare_query({dq, dpos, &rope, 1e-6f, dq_out}, stream)));
-    EXPECT_TRUE(IsOk(cuda_prepare_kv({dkv, dpos, &rope, dslots, dcache, {}}, stream)));
-    EXPECT_TRUE(IsOk(cuda_run_compressor(dcomp, stream)));
+    EXPECT_TRUE(IsOk(prepare_query(cudatest_context(stream), {dq, dpos, &rope, 1e-6f, dq_out})));
+    EXPECT_TRUE(IsOk(prepare_kv(cudatest_context(stream), {dkv, dpos, &rope, dslots, dcache, {}})));
+    EXPECT_TRUE(IsOk(run_compressor(cudatest_context(stream), dcomp)));
   };
   enqueue();
   ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
@@ -736,7 +737,7 @@ TEST(CudaLayerPrepTiming, DISABLED_LargeBatches) {
     const TensorView q = keep(zeros(DType::kBF16, {tokens, 128, 512}));
     const TensorView q_out = keep(zeros(DType::kBF16, {tokens, 128, 512}));
     time_us(("prepare_query H=128 bf16" + label).c_str(),
-            [&] { EXPECT_TRUE(IsOk(cuda_prepare_query({q, dpos, &rope, 1e-6f, q_out}, stream))); });
+            [&] { EXPECT_TRUE(IsOk(prepare_query(cudatest_context(stream), {q, dpos, &rope, 1e-6f, q_out}))); });
     const TensorView kv = keep(zeros(DType::kBF16, {tokens, 512}));
     const std::int64_t pages = (tokens + 63) / 64, page_bytes = V4Fp8Format::page_bytes(64);
     KvCacheView cache;
@@ -745,13 +746,13 @@ TEST(CudaLayerPrepTiming, DISABLED_LargeBatches) {
                                       {pages, 64, V4Fp8Format::kBytesPerToken},
                                       {page_bytes, V4Fp8Format::kBytesPerToken, 1}, Device{DeviceKind::kCuda, 0});
     time_us(("prepare_kv v4-fp8 bf16" + label).c_str(),
-            [&] { EXPECT_TRUE(IsOk(cuda_prepare_kv({kv, dpos, &rope, dslots, cache, {}}, stream))); });
+            [&] { EXPECT_TRUE(IsOk(prepare_kv(cudatest_context(stream), {kv, dpos, &rope, dslots, cache, {}}))); });
     const TensorView iq = keep(zeros(DType::kBF16, {tokens, 64, 128}));
     const TensorView iw = keep(zeros(DType::kF32, {tokens, 64}));
     const TensorView iq8 = keep(zeros(DType::kE4M3, {tokens, 64, 128}));
     const TensorView ihw = keep(zeros(DType::kF32, {tokens, 64}));
     time_us(("prepare_indexer_query Hi=64" + label).c_str(), [&] {
-      EXPECT_TRUE(IsOk(cuda_prepare_indexer_query({iq, iw, dpos, &rope, iq8, ihw}, stream)));
+      EXPECT_TRUE(IsOk(prepare_indexer_query(cudatest_context(stream), {iq, iw, dpos, &rope, iq8, ihw})));
     });
     for (int ratio : {4, 128}) {
       std::mt19937_64 rng(7);
@@ -760,7 +761,7 @@ TEST(CudaLayerPrepTiming, DISABLED_LargeBatches) {
       const TensorView dstate = device.put(c.state.view), ddest = device.put(c.dest_pages_view());
       const CompressorArgs args = on_device(step->args, device, dstate, ddest);
       time_us(("run_compressor r=" + std::to_string(ratio) + " v4-fp8" + label).c_str(),
-              [&] { EXPECT_TRUE(IsOk(cuda_run_compressor(args, stream))); });
+              [&] { EXPECT_TRUE(IsOk(run_compressor(cudatest_context(stream), args))); });
     }
     for (const TensorView& v : owned) cudaFree(v.data);
   }
@@ -770,8 +771,9 @@ TEST(CudaLayerPrepTiming, DISABLED_LargeBatches) {
 }
 
 // ---------------------------------------------------------------------------
-// Argument errors: device-free (validation never touches device memory), so
-// the views below carry a cuda device tag over host storage they never read.
+// Argument errors: validation never touches device memory, so the views below
+// carry a cuda device tag over host storage they never read (a cuda context
+// still needs a device).
 
 TensorView on_cuda(TensorView view) {
   view.device = Device{DeviceKind::kCuda, 0};
@@ -779,42 +781,48 @@ TensorView on_cuda(TensorView view) {
 }
 
 TEST(CudaLayerPrepErrors, RopeArgumentsAreNamed) {
+  SKIP_WITHOUT_CUDA_CONTEXT();  // a cuda context needs a device
   const RopeTable table = make_table(RopeConfig::swa_only(), 16);
   Buffer<float> x(DType::kF32, {2, 3, 128});
   Buffer<std::int32_t> pos(DType::kI32, {2});
   const TensorView dx = on_cuda(x.view), dpos = on_cuda(pos.view);
-  EXPECT_TRUE(FailsWith(cuda_apply_rope({dx, dpos, nullptr, 64, RopeDirection::kForward}, nullptr),
-                        StatusCode::kInvalidArgument, {"cuda_apply_rope", "table"}));
-  EXPECT_TRUE(FailsWith(cuda_apply_rope({x.view, dpos, &table, 64, RopeDirection::kForward}, nullptr),
+  EXPECT_TRUE(FailsWith(apply_rope(cudatest_context(nullptr), {dx, dpos, nullptr, 64, RopeDirection::kForward}),
+                        StatusCode::kInvalidArgument, {"apply_rope", "table"}));
+  EXPECT_TRUE(FailsWith(apply_rope(cudatest_context(nullptr), {x.view, dpos, &table, 64, RopeDirection::kForward}),
                         StatusCode::kInvalidArgument, {"x", "cuda"}));
-  EXPECT_TRUE(FailsWith(cuda_apply_rope({dx, dpos, &table, 65, RopeDirection::kForward}, nullptr),
+  EXPECT_TRUE(FailsWith(apply_rope(cudatest_context(nullptr), {dx, dpos, &table, 65, RopeDirection::kForward}),
                         StatusCode::kOutOfRange, {"rope_offset", "[0, 64]", "65"}));
-  EXPECT_TRUE(FailsWith(cuda_apply_rope({dx, pos.view, &table, 0, RopeDirection::kForward}, nullptr),
+  EXPECT_TRUE(FailsWith(apply_rope(cudatest_context(nullptr), {dx, pos.view, &table, 0, RopeDirection::kForward}),
                         StatusCode::kInvalidArgument, {"positions", "cuda"}));
   Buffer<std::int32_t> pos3(DType::kI32, {3});
-  EXPECT_TRUE(FailsWith(cuda_apply_rope({dx, on_cuda(pos3.view), &table, 0, RopeDirection::kForward}, nullptr),
-                        StatusCode::kInvalidArgument, {"positions", "[2]", "[3]"}));
+  EXPECT_TRUE(
+      FailsWith(apply_rope(cudatest_context(nullptr), {dx, on_cuda(pos3.view), &table, 0, RopeDirection::kForward}),
+                StatusCode::kInvalidArgument, {"positions", "[2]", "[3]"}));
   Buffer<std::uint16_t> xb(DType::kBF16, {2, 128});
-  EXPECT_TRUE(FailsWith(cuda_apply_rope({on_cuda(xb.view), dpos, &table, 0, RopeDirection::kForward}, nullptr),
-                        StatusCode::kInvalidArgument, {"x", "f32", "bf16"}));
+  EXPECT_TRUE(
+      FailsWith(apply_rope(cudatest_context(nullptr), {on_cuda(xb.view), dpos, &table, 0, RopeDirection::kForward}),
+                StatusCode::kInvalidArgument, {"x", "f32", "bf16"}));
 }
 
 TEST(CudaLayerPrepErrors, QueryAndKvArgumentsAreNamed) {
+  SKIP_WITHOUT_CUDA_CONTEXT();  // a cuda context needs a device
   const RopeTable table = make_table(RopeConfig::swa_only(), 16);
   Buffer<float> q(DType::kF32, {2, 4, 512});
   Buffer<std::uint16_t> out(DType::kBF16, {2, 3, 512});
   Buffer<std::uint16_t> out_ok(DType::kBF16, {2, 4, 512});
   Buffer<std::int64_t> pos(DType::kI64, {2});
-  EXPECT_TRUE(
-      FailsWith(cuda_prepare_query({on_cuda(q.view), on_cuda(pos.view), &table, 1e-6f, on_cuda(out.view)}, nullptr),
-                StatusCode::kInvalidArgument, {"cuda_prepare_query", "out", "at least 4 heads"}));
-  EXPECT_TRUE(
-      FailsWith(cuda_prepare_query({on_cuda(q.view), on_cuda(pos.view), &table, 0.0f, on_cuda(out_ok.view)}, nullptr),
-                StatusCode::kInvalidArgument, {"eps"}));
-  EXPECT_TRUE(FailsWith(cuda_prepare_query({q.view, on_cuda(pos.view), &table, 1e-6f, on_cuda(out_ok.view)}, nullptr),
-                        StatusCode::kInvalidArgument, {"q", "cuda"}));
-  EXPECT_TRUE(FailsWith(cuda_prepare_query({on_cuda(q.view), pos.view, &table, 1e-6f, on_cuda(out_ok.view)}, nullptr),
-                        StatusCode::kInvalidArgument, {"positions", "cuda"}));
+  EXPECT_TRUE(FailsWith(
+      prepare_query(cudatest_context(nullptr), {on_cuda(q.view), on_cuda(pos.view), &table, 1e-6f, on_cuda(out.view)}),
+      StatusCode::kInvalidArgument, {"prepare_query", "out", "at least 4 heads"}));
+  EXPECT_TRUE(FailsWith(prepare_query(cudatest_context(nullptr),
+                                      {on_cuda(q.view), on_cuda(pos.view), &table, 0.0f, on_cuda(out_ok.view)}),
+                        StatusCode::kInvalidArgument, {"eps"}));
+  EXPECT_TRUE(FailsWith(
+      prepare_query(cudatest_context(nullptr), {q.view, on_cuda(pos.view), &table, 1e-6f, on_cuda(out_ok.view)}),
+      StatusCode::kInvalidArgument, {"q", "cuda"}));
+  EXPECT_TRUE(FailsWith(
+      prepare_query(cudatest_context(nullptr), {on_cuda(q.view), pos.view, &table, 1e-6f, on_cuda(out_ok.view)}),
+      StatusCode::kInvalidArgument, {"positions", "cuda"}));
 
   Buffer<float> kv(DType::kF32, {2, 512});
   Buffer<std::int64_t> slots3(DType::kI64, {3}), slots(DType::kI64, {2});
@@ -822,24 +830,26 @@ TEST(CudaLayerPrepErrors, QueryAndKvArgumentsAreNamed) {
   KvCacheView dcache = cache.view;
   dcache.pages = on_cuda(cache.view.pages);
   const TensorView dkv = on_cuda(kv.view), dpos = on_cuda(pos.view), dslots = on_cuda(slots.view);
-  EXPECT_TRUE(FailsWith(cuda_prepare_kv({dkv, dpos, &table, on_cuda(slots3.view), dcache, {}}, nullptr),
-                        StatusCode::kInvalidArgument, {"cuda_prepare_kv", "slot_mapping", "at most 2"}));
-  EXPECT_TRUE(FailsWith(cuda_prepare_kv({dkv, dpos, &table, dslots, cache.view, {}}, nullptr),
+  EXPECT_TRUE(FailsWith(prepare_kv(cudatest_context(nullptr), {dkv, dpos, &table, on_cuda(slots3.view), dcache, {}}),
+                        StatusCode::kInvalidArgument, {"prepare_kv", "slot_mapping", "at most 2"}));
+  EXPECT_TRUE(FailsWith(prepare_kv(cudatest_context(nullptr), {dkv, dpos, &table, dslots, cache.view, {}}),
                         StatusCode::kInvalidArgument, {"cache", "cuda"}));
   OwnedKvCache v32(KvFormat::kV32Fp8, 1, 2);
   KvCacheView dv32 = v32.view;
   dv32.pages = on_cuda(v32.view.pages);
-  EXPECT_TRUE(FailsWith(cuda_prepare_kv({dkv, dpos, &table, dslots, dv32, {}}, nullptr), StatusCode::kInvalidArgument,
-                        {"cache", "512-dim"}));
+  EXPECT_TRUE(FailsWith(prepare_kv(cudatest_context(nullptr), {dkv, dpos, &table, dslots, dv32, {}}),
+                        StatusCode::kInvalidArgument, {"cache", "512-dim"}));
   Buffer<std::uint16_t> rotated(DType::kBF16, {3, 512});
-  EXPECT_TRUE(FailsWith(cuda_prepare_kv({dkv, dpos, &table, dslots, dcache, on_cuda(rotated.view)}, nullptr),
-                        StatusCode::kInvalidArgument, {"rotated", "[2, 512]"}));
+  EXPECT_TRUE(
+      FailsWith(prepare_kv(cudatest_context(nullptr), {dkv, dpos, &table, dslots, dcache, on_cuda(rotated.view)}),
+                StatusCode::kInvalidArgument, {"rotated", "[2, 512]"}));
   Buffer<std::uint16_t> kv_bad(DType::kBF16, {2, 448});
-  EXPECT_TRUE(FailsWith(cuda_prepare_kv({on_cuda(kv_bad.view), dpos, &table, dslots, dcache, {}}, nullptr),
+  EXPECT_TRUE(FailsWith(prepare_kv(cudatest_context(nullptr), {on_cuda(kv_bad.view), dpos, &table, dslots, dcache, {}}),
                         StatusCode::kInvalidArgument, {"kv", "512"}));
 }
 
 TEST(CudaLayerPrepErrors, CompressorAndIndexerQueryArgumentsAreNamed) {
+  SKIP_WITHOUT_CUDA_CONTEXT();  // a cuda context needs a device
   std::mt19937_64 rng(1);
   const RopeTable rope = make_table(RopeConfig::compressed(), 64);
   CompressorCase c(4, std::nullopt, 8, rng);
@@ -852,24 +862,27 @@ TEST(CudaLayerPrepErrors, CompressorAndIndexerQueryArgumentsAreNamed) {
   d.index_cache->pages = on_cuda(d.index_cache->pages);
   CompressorArgs bad = d;
   bad.ratio = 8;
-  EXPECT_TRUE(FailsWith(cuda_run_compressor(bad, nullptr), StatusCode::kInvalidArgument,
-                        {"cuda_run_compressor", "ratio", "8"}));
+  EXPECT_TRUE(FailsWith(run_compressor(cudatest_context(nullptr), bad), StatusCode::kInvalidArgument,
+                        {"run_compressor", "ratio", "8"}));
   bad = d;
   bad.kv_cache = KvCacheView{};
-  EXPECT_TRUE(FailsWith(cuda_run_compressor(bad, nullptr), StatusCode::kInvalidArgument, {"destination", "both"}));
+  EXPECT_TRUE(
+      FailsWith(run_compressor(cudatest_context(nullptr), bad), StatusCode::kInvalidArgument, {"destination", "both"}));
   bad = d;
   bad.state_block_table = s->args.state_block_table;
-  EXPECT_TRUE(
-      FailsWith(cuda_run_compressor(bad, nullptr), StatusCode::kInvalidArgument, {"state_block_table", "cuda"}));
+  EXPECT_TRUE(FailsWith(run_compressor(cudatest_context(nullptr), bad), StatusCode::kInvalidArgument,
+                        {"state_block_table", "cuda"}));
   bad = d;
   bad.index_cache = s->args.index_cache;
-  EXPECT_TRUE(FailsWith(cuda_run_compressor(bad, nullptr), StatusCode::kInvalidArgument, {"index_cache", "cuda"}));
+  EXPECT_TRUE(
+      FailsWith(run_compressor(cudatest_context(nullptr), bad), StatusCode::kInvalidArgument, {"index_cache", "cuda"}));
   bad = d;
   bad.kv_score.shape[1] = 100;
-  EXPECT_TRUE(FailsWith(cuda_run_compressor(bad, nullptr), StatusCode::kInvalidArgument, {"kv_score", "[*, 512]"}));
+  EXPECT_TRUE(FailsWith(run_compressor(cudatest_context(nullptr), bad), StatusCode::kInvalidArgument,
+                        {"kv_score", "[*, 512]"}));
   bad = d;
   bad.compressed_slot_mapping.dtype = DType::kF32;
-  EXPECT_TRUE(FailsWith(cuda_run_compressor(bad, nullptr), StatusCode::kInvalidArgument,
+  EXPECT_TRUE(FailsWith(run_compressor(cudatest_context(nullptr), bad), StatusCode::kInvalidArgument,
                         {"compressed_slot_mapping", "i32 or i64"}));
 
   Buffer<float> q(DType::kF32, {2, 4, 128}), weights(DType::kF32, {2, 4}), head_weights(DType::kF32, {2, 4});
@@ -880,19 +893,20 @@ TEST(CudaLayerPrepErrors, CompressorAndIndexerQueryArgumentsAreNamed) {
                             on_cuda(head_weights.view)};
   IndexerQueryArgs bad_q = ok;
   bad_q.q_fp8 = on_cuda(q8_bad.view);
-  EXPECT_TRUE(FailsWith(cuda_prepare_indexer_query(bad_q, nullptr), StatusCode::kInvalidArgument,
-                        {"cuda_prepare_indexer_query", "q_fp8", "e4m3"}));
+  EXPECT_TRUE(FailsWith(prepare_indexer_query(cudatest_context(nullptr), bad_q), StatusCode::kInvalidArgument,
+                        {"prepare_indexer_query", "q_fp8", "e4m3"}));
   bad_q = ok;
   bad_q.weights = on_cuda(head_weights.view);
   bad_q.weights.shape[1] = 3;
-  EXPECT_TRUE(
-      FailsWith(cuda_prepare_indexer_query(bad_q, nullptr), StatusCode::kInvalidArgument, {"weights", "[2, 4]"}));
+  EXPECT_TRUE(FailsWith(prepare_indexer_query(cudatest_context(nullptr), bad_q), StatusCode::kInvalidArgument,
+                        {"weights", "[2, 4]"}));
   bad_q = ok;
   bad_q.rope = nullptr;
-  EXPECT_TRUE(FailsWith(cuda_prepare_indexer_query(bad_q, nullptr), StatusCode::kInvalidArgument, {"rope"}));
+  EXPECT_TRUE(
+      FailsWith(prepare_indexer_query(cudatest_context(nullptr), bad_q), StatusCode::kInvalidArgument, {"rope"}));
   bad_q = ok;
   bad_q.head_weights = head_weights.view;
-  EXPECT_TRUE(FailsWith(cuda_prepare_indexer_query(bad_q, nullptr), StatusCode::kInvalidArgument,
+  EXPECT_TRUE(FailsWith(prepare_indexer_query(cudatest_context(nullptr), bad_q), StatusCode::kInvalidArgument,
                         {"head_weights", "cuda"}));
 }
 

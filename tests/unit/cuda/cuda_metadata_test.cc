@@ -19,7 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "smla/cuda_metadata.h"
+#include "smla/metadata.h"
+#include "tests/unit/cuda/cuda_context.h"
 #include "smla/metadata.h"
 #include "tests/common/test_common.h"
 #include "testkit/cuda/device_copy.h"
@@ -144,7 +145,7 @@ struct DeviceStepOutputs {
     swa_indices = I32::poisoned(tokens, config.window, pad);
     swa_lens = I32::poisoned(tokens, 1, 0);
     prefill_gather_lens = I32::poisoned(reqs, 1, pad);
-    counts = I64::poisoned(kCudaStepCountFields, 1, 0);
+    counts = I64::poisoned(kStepCountFields, 1, 0);
     if (c4) c4_slot_mapping = I64::poisoned(tokens, 1, pad);
     if (c128) {
       const std::int64_t width = c128a_width(config);
@@ -321,11 +322,11 @@ void expect_matches_host(HostBatch& hb, const StepConfig& config, DeviceStepOutp
   got.download();
   const StepCounts& c = m.counts();
   const std::int64_t reqs = c.num_reqs, tokens = c.num_tokens;
-  const std::int64_t want_counts[kCudaStepCountFields] = {
+  const std::int64_t want_counts[kStepCountFields] = {
       c.num_reqs,          c.num_tokens,         c.num_actual_tokens,   c.num_decodes,
       c.num_prefills,      c.num_decode_tokens,  c.num_prefill_tokens,  c.max_query_len,
       c.max_decode_query_len, c.max_prefill_query_len, c.max_seq_len, 0};
-  EXPECT_TRUE(rows_equal("counts", kCudaStepCountFields, 1, [&](auto r, auto) { return got.counts.at(r); },
+  EXPECT_TRUE(rows_equal("counts", kStepCountFields, 1, [&](auto r, auto) { return got.counts.at(r); },
                          [&](auto r, auto) { return want_counts[r]; }));
   auto at = [](const auto& v, std::int64_t i) { return v[static_cast<std::size_t>(i)]; };
   EXPECT_TRUE(rows_equal("query_start_loc", reqs + 1, 1, [&](auto r, auto) { return got.query_start_loc.at(r); },
@@ -371,7 +372,7 @@ struct StepRun {
       : batch(hb), out(static_cast<std::int64_t>(hb.query_lens.size()), hb.num_tokens, config, hb.has_c4,
                        hb.has_c128, pad) {}
   Status run(const StepConfig& config, cudaStream_t stream = nullptr) {
-    return cuda_build_step_metadata(batch.desc, config, out.buffers(), out.counts_view(), stream);
+    return build_step_metadata(cudatest_context(stream), batch.desc, config, out.buffers(), out.counts_view());
   }
 };
 
@@ -454,7 +455,7 @@ TEST(CudaStepMetadata, WorkedExampleDecodeToken) {
   EXPECT_EQ(o.positions.at(1), 0);
   EXPECT_EQ(o.c128a_decode_lens.at(1), 0);
   EXPECT_EQ(o.c128a_prefill_indices.at(0, 0), -1);
-  EXPECT_EQ(o.counts.at(kCudaStepErrorWord), 0);
+  EXPECT_EQ(o.counts.at(kStepErrorWord), 0);
   EXPECT_EQ(o.counts.at(5), 1);  // num_decode_tokens
 }
 
@@ -471,10 +472,10 @@ TEST(CudaStepMetadata, InvalidBatchesSetErrorBits) {
     const char* name;
     std::int64_t bit;
   };
-  const Case cases[] = {{"negative query", kCudaStepNegativeQueryLen}, {"seq below query", kCudaStepSeqLenBelowQuery},
-                        {"seq above max", kCudaStepSeqLenAboveMax},    {"too many tokens", kCudaStepTooManyTokens},
-                        {"unordered", kCudaStepUnordered},            {"swa id", kCudaStepBadSwaTable},
-                        {"c4 columns", kCudaStepBadC4Table},          {"c128 id", kCudaStepBadC128Table}};
+  const Case cases[] = {{"negative query", kStepNegativeQueryLen}, {"seq below query", kStepSeqLenBelowQuery},
+                        {"seq above max", kStepSeqLenAboveMax},    {"too many tokens", kStepTooManyTokens},
+                        {"unordered", kStepUnordered},            {"swa id", kStepBadSwaTable},
+                        {"c4 columns", kStepBadC4Table},          {"c128 id", kStepBadC128Table}};
   for (const Case& k : cases) {
     SCOPED_TRACE(k.name);
     BatchShape shape;
@@ -504,7 +505,7 @@ TEST(CudaStepMetadata, InvalidBatchesSetErrorBits) {
     ASSERT_TRUE(IsOk(run.run(config)));
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     run.out.download();
-    const std::int64_t error = run.out.counts.at(kCudaStepErrorWord);
+    const std::int64_t error = run.out.counts.at(kStepErrorWord);
     EXPECT_NE(error & k.bit, 0) << "error word " << error;
     for (std::int64_t t = 0; t < hb.num_tokens; ++t) {
       EXPECT_LE(run.out.is_valid_token.at(t), 1) << "token " << t;
@@ -546,7 +547,7 @@ TEST(CudaStepMetadata, GarbageValuesStayInBounds) {
     ASSERT_TRUE(IsOk(run.run(config)));
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     run.out.download();
-    EXPECT_NE(run.out.counts.at(kCudaStepErrorWord), 0);
+    EXPECT_NE(run.out.counts.at(kStepErrorWord), 0);
     for (std::int64_t t = 0; t < hb.num_tokens; ++t) {
       ASSERT_LE(run.out.is_valid_token.at(t), 1) << "token " << t;
       ASSERT_GE(run.out.swa_lens.at(t), 0);
@@ -713,10 +714,10 @@ TEST(CudaIndexTransforms, C4aGlobalMatchesHost) {
     auto d_table = upload_table(table);
     auto out = DeviceArray<std::int32_t>::poisoned(n, k, uniform(rng, 0, 3));
     auto lens = DeviceArray<std::int32_t>::poisoned(n, 1, 1);
-    ASSERT_TRUE(IsOk(cuda_c4a_global_topk_indices(
-        d_local.matrix_view(DType::kI32), d_req.vector_view(DType::kI32),
+    ASSERT_TRUE(IsOk(c4a_global_topk_indices(
+        cudatest_context(nullptr), d_local.matrix_view(DType::kI32), d_req.vector_view(DType::kI32),
         use_valid ? d_valid.vector_view(DType::kU8) : TensorView{}, d_table.matrix_view(DType::kI32), bs,
-        out.matrix_view(DType::kI32), lens.vector_view(DType::kI32), nullptr)));
+        out.matrix_view(DType::kI32), lens.vector_view(DType::kI32))));
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     out.download();
     lens.download();
@@ -757,10 +758,10 @@ TEST(CudaIndexTransforms, V32GlobalMatchesHost) {
     auto d_table = upload_table(table);
     auto out = DeviceArray<std::int32_t>::poisoned(n, k, 2);
     auto got_counts = DeviceArray<std::int32_t>::poisoned(n, 1, 0);
-    ASSERT_TRUE(IsOk(cuda_v32_request_to_global_indices(
-        d_in.matrix_view(DType::kI32), d_req.vector_view(DType::kI32), d_table.matrix_view(DType::kI32), bs,
-        stride_rows, out.matrix_view(DType::kI32), counts ? got_counts.vector_view(DType::kI32) : TensorView{},
-        nullptr)));
+    ASSERT_TRUE(IsOk(v32_request_to_global_indices(cudatest_context(nullptr), d_in.matrix_view(DType::kI32),
+                                                   d_req.vector_view(DType::kI32), d_table.matrix_view(DType::kI32), bs,
+                                                   stride_rows, out.matrix_view(DType::kI32),
+                                                   counts ? got_counts.vector_view(DType::kI32) : TensorView{})));
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     out.download();
     got_counts.download();
@@ -813,9 +814,9 @@ TEST(CudaIndexTransforms, MixedSparseIndicesMatchHost) {
     d_topk.row_stride = topk_width;
     auto out = DeviceArray<std::int32_t>::poisoned(t, width, row_stride - width);
     auto lens = DeviceArray<std::int32_t>::poisoned(t, 1, 0);
-    ASSERT_TRUE(IsOk(cuda_mixed_sparse_indices(batch.desc, config, ratio,
+    ASSERT_TRUE(IsOk(mixed_sparse_indices(cudatest_context(nullptr), batch.desc, config, ratio,
                                                ratio == 4 ? d_topk.matrix_view(DType::kI32) : TensorView{},
-                                               out.matrix_view(DType::kI32), lens.vector_view(DType::kI32), nullptr)));
+                                               out.matrix_view(DType::kI32), lens.vector_view(DType::kI32))));
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     out.download();
     lens.download();
@@ -894,9 +895,9 @@ TEST(CudaIndexTransforms, DequantizeAndGatherMatchesHost) {
       TensorView dev_out = host_out;
       dev_out.data = d_out.buffer.data();
       dev_out.device = cudatest::current_cuda_device();
-      ASSERT_TRUE(IsOk(cuda_dequantize_and_gather(dev_cache, d_seq.vector_view(DType::kI32),
+      ASSERT_TRUE(IsOk(dequantize_and_gather(cudatest_context(nullptr), dev_cache, d_seq.vector_view(DType::kI32),
                                                   d_gather.vector_view(DType::kI32), d_table.matrix_view(DType::kI32),
-                                                  offset, dev_out, nullptr)));
+                                                  offset, dev_out)));
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       const std::vector<std::uint16_t> got = download_vector(d_out);
       SCOPED_TRACE(::testing::Message() << kv_format_name(format) << " iter " << iter);
@@ -930,8 +931,9 @@ TEST(CudaIndexTransforms, DequantizeAndGatherMasksBadPages) {
   auto out = DeviceArray<std::uint16_t>::upload(std::vector<std::uint16_t>(2 * rows * 512, 0xBEEF));
   const TensorView out_view =
       TensorView::contiguous(out.buffer.data(), DType::kBF16, {2, rows, 512}, cudatest::current_cuda_device());
-  ASSERT_TRUE(IsOk(cuda_dequantize_and_gather(cache, seq.vector_view(DType::kI32), gather.vector_view(DType::kI32),
-                                              d_table.matrix_view(DType::kI32), 0, out_view, nullptr)));
+  ASSERT_TRUE(
+      IsOk(dequantize_and_gather(cudatest_context(nullptr), cache, seq.vector_view(DType::kI32),
+                                 gather.vector_view(DType::kI32), d_table.matrix_view(DType::kI32), 0, out_view)));
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const std::vector<std::uint16_t> got = download_vector(out);
   // Request 0 gathers positions 6..11: 6, 7 from page 7 (zeros), 8..11 from page 1 (ones).
@@ -984,10 +986,9 @@ TEST(CudaIndexTransforms, CombineTopkSwaIndicesMatchHost) {
       d_topk.row_stride = topk_width;
       auto out = DeviceArray<std::int32_t>::poisoned(rows, width, uniform(rng, 0, 2));
       auto lens = DeviceArray<std::int32_t>::poisoned(rows, 1, 0);
-      ASSERT_TRUE(IsOk(cuda_combine_topk_swa_indices(batch.desc, config, ratio, chunk, n, m,
+      ASSERT_TRUE(IsOk(combine_topk_swa_indices(cudatest_context(nullptr), batch.desc, config, ratio, chunk, n, m,
                                                      ratio > 1 ? d_topk.matrix_view(DType::kI32) : TensorView{},
-                                                     out.matrix_view(DType::kI32), lens.vector_view(DType::kI32),
-                                                     nullptr)));
+                                                     out.matrix_view(DType::kI32), lens.vector_view(DType::kI32))));
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       out.download();
       lens.download();
@@ -1062,8 +1063,8 @@ TEST(CudaIndexTransforms, GatherPrefillChunkMatchesHost) {
       TensorView dev_out = host_out;
       dev_out.data = d_out.buffer.data();
       dev_out.device = cudatest::current_cuda_device();
-      ASSERT_TRUE(IsOk(cuda_gather_prefill_chunk(batch.desc, config, ratio, chunk, chunk.compressed_rows, swa.dev,
-                                                 compressed.dev, dev_out, nullptr)));
+      ASSERT_TRUE(IsOk(gather_prefill_chunk(cudatest_context(nullptr), batch.desc, config, ratio, chunk,
+                                            chunk.compressed_rows, swa.dev, compressed.dev, dev_out)));
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       const std::vector<std::uint16_t> got = download_vector(d_out);
       SCOPED_TRACE(::testing::Message() << "ratio " << ratio << " iter " << iter << " chunk " << chunk.req_begin);
@@ -1087,7 +1088,7 @@ struct FakeStep {
   StepConfig config;
   BatchDescription batch;
   StepMetadataBuffers out;
-  TensorView counts = fake_device(DType::kI64, {kCudaStepCountFields});
+  TensorView counts = fake_device(DType::kI64, {kStepCountFields});
   FakeStep() {
     const std::int64_t r = 3, t = 16;
     batch.query_lens = fake_device(DType::kI32, {r});
@@ -1108,10 +1109,11 @@ struct FakeStep {
     out.c128a_decode_lens = fake_device(DType::kI32, {t});
     out.c128a_prefill_indices = fake_device(DType::kI32, {t, c128a_width(config)});
   }
-  Status run() const { return cuda_build_step_metadata(batch, config, out, counts, nullptr); }
+  Status run() const { return build_step_metadata(cudatest_context(nullptr), batch, config, out, counts); }
 };
 
 TEST(CudaMetadataArguments, StepMetadataShapeDtypeDeviceErrors) {
+  SKIP_WITHOUT_CUDA_CONTEXT();  // a cuda context needs a device
   {
     FakeStep s;
     s.batch.query_lens.dtype = DType::kI64;
@@ -1165,30 +1167,31 @@ TEST(CudaMetadataArguments, StepMetadataShapeDtypeDeviceErrors) {
 }
 
 TEST(CudaMetadataArguments, TransformShapeErrors) {
+  SKIP_WITHOUT_CUDA_CONTEXT();  // a cuda context needs a device
   const TensorView local = fake_device(DType::kI32, {4, 8});
   const TensorView req = fake_device(DType::kI32, {4});
   const TensorView table = fake_device(DType::kI32, {2, 3});
-  EXPECT_TRUE(FailsWith(cuda_c4a_global_topk_indices(local, req, {}, table, 0, fake_device(DType::kI32, {4, 8}),
-                                                     fake_device(DType::kI32, {4}), nullptr),
+  EXPECT_TRUE(FailsWith(c4a_global_topk_indices(cudatest_context(nullptr), local, req, {}, table, 0,
+                                                fake_device(DType::kI32, {4, 8}), fake_device(DType::kI32, {4})),
                         StatusCode::kInvalidArgument, {"block_size"}));
-  EXPECT_TRUE(FailsWith(cuda_c4a_global_topk_indices(local, req, {}, table, 64, fake_device(DType::kI32, {4, 7}),
-                                                     fake_device(DType::kI32, {4}), nullptr),
+  EXPECT_TRUE(FailsWith(c4a_global_topk_indices(cudatest_context(nullptr), local, req, {}, table, 64,
+                                                fake_device(DType::kI32, {4, 7}), fake_device(DType::kI32, {4})),
                         StatusCode::kInvalidArgument, {"global_out", "8", "7"}));
-  EXPECT_TRUE(FailsWith(cuda_v32_request_to_global_indices(local, fake_device(DType::kI32, {3}), table, 64, 0,
-                                                           fake_device(DType::kI32, {4, 8}), {}, nullptr),
+  EXPECT_TRUE(FailsWith(v32_request_to_global_indices(cudatest_context(nullptr), local, fake_device(DType::kI32, {3}),
+                                                      table, 64, 0, fake_device(DType::kI32, {4, 8}), {}),
                         StatusCode::kInvalidArgument, {"req_id", "4", "3"}));
-  EXPECT_TRUE(FailsWith(cuda_v32_request_to_global_indices(local, req, table, 64, 10, fake_device(DType::kI32, {4, 8}),
-                                                           {}, nullptr),
+  EXPECT_TRUE(FailsWith(v32_request_to_global_indices(cudatest_context(nullptr), local, req, table, 64, 10,
+                                                      fake_device(DType::kI32, {4, 8}), {}),
                         StatusCode::kInvalidArgument, {"block_stride_rows"}));
 
   FakeStep s;
-  EXPECT_TRUE(FailsWith(cuda_mixed_sparse_indices(s.batch, s.config, 4, {}, fake_device(DType::kI32, {16, 640}),
-                                                  fake_device(DType::kI32, {16}), nullptr),
+  EXPECT_TRUE(FailsWith(mixed_sparse_indices(cudatest_context(nullptr), s.batch, s.config, 4, {},
+                                             fake_device(DType::kI32, {16, 640}), fake_device(DType::kI32, {16})),
                         StatusCode::kInvalidArgument, {"batch.c4_block_table", "absent"}));
-  EXPECT_TRUE(FailsWith(cuda_mixed_sparse_indices(s.batch, s.config, 3, {}, {}, {}, nullptr),
+  EXPECT_TRUE(FailsWith(mixed_sparse_indices(cudatest_context(nullptr), s.batch, s.config, 3, {}, {}, {}),
                         StatusCode::kInvalidArgument, {"compress_ratio"}));
-  EXPECT_TRUE(FailsWith(cuda_mixed_sparse_indices(s.batch, s.config, 1, {}, fake_device(DType::kI32, {16, 130}),
-                                                  fake_device(DType::kI32, {16}), nullptr),
+  EXPECT_TRUE(FailsWith(mixed_sparse_indices(cudatest_context(nullptr), s.batch, s.config, 1, {},
+                                             fake_device(DType::kI32, {16, 130}), fake_device(DType::kI32, {16})),
                         StatusCode::kInvalidArgument, {"out_indices", "128", "130"}));
 
   KvCacheView cache;
@@ -1196,32 +1199,30 @@ TEST(CudaMetadataArguments, TransformShapeErrors) {
   cache.pages = fake_device(DType::kBF16, {4, 64, 512});
   const TensorView seq = fake_device(DType::kI32, {2});
   const TensorView gtable = fake_device(DType::kI32, {2, 4});
-  EXPECT_TRUE(FailsWith(cuda_dequantize_and_gather(cache, seq, {}, gtable, 0, fake_device(DType::kBF16, {2, 10, 576}),
-                                                   nullptr),
+  EXPECT_TRUE(FailsWith(dequantize_and_gather(cudatest_context(nullptr), cache, seq, {}, gtable, 0,
+                                              fake_device(DType::kBF16, {2, 10, 576})),
                         StatusCode::kInvalidArgument, {"out", "512", "576"}));
-  EXPECT_TRUE(FailsWith(cuda_dequantize_and_gather(cache, seq, {}, gtable, 11, fake_device(DType::kBF16, {2, 10, 512}),
-                                                   nullptr),
+  EXPECT_TRUE(FailsWith(dequantize_and_gather(cudatest_context(nullptr), cache, seq, {}, gtable, 11,
+                                              fake_device(DType::kBF16, {2, 10, 512})),
                         StatusCode::kOutOfRange, {"offset", "11"}));
   PrefillChunk chunk;
   chunk.req_begin = 1;
   chunk.req_end = 4;  // past R = 3
   chunk.token_end = 8;
-  EXPECT_TRUE(FailsWith(cuda_combine_topk_swa_indices(s.batch, s.config, 1, chunk, 0, 16, {},
-                                                      fake_device(DType::kI32, {8, 128}), fake_device(DType::kI32, {8}),
-                                                      nullptr),
+  EXPECT_TRUE(FailsWith(combine_topk_swa_indices(cudatest_context(nullptr), s.batch, s.config, 1, chunk, 0, 16, {},
+                                                 fake_device(DType::kI32, {8, 128}), fake_device(DType::kI32, {8})),
                         StatusCode::kOutOfRange, {"chunk", "[1, 4)"}));
   chunk.req_end = 3;
-  EXPECT_TRUE(FailsWith(cuda_combine_topk_swa_indices(s.batch, s.config, 128, chunk, 0, 16, {},
-                                                      fake_device(DType::kI32, {8, 640}), fake_device(DType::kI32, {8}),
-                                                      nullptr),
+  EXPECT_TRUE(FailsWith(combine_topk_swa_indices(cudatest_context(nullptr), s.batch, s.config, 128, chunk, 0, 16, {},
+                                                 fake_device(DType::kI32, {8, 640}), fake_device(DType::kI32, {8})),
                         StatusCode::kInvalidArgument, {"topk", "absent"}));
-  EXPECT_TRUE(FailsWith(cuda_gather_prefill_chunk(s.batch, s.config, 1, chunk, 11, cache, {},
-                                                  fake_device(DType::kBF16, {2, 10, 512}), nullptr),
+  EXPECT_TRUE(FailsWith(gather_prefill_chunk(cudatest_context(nullptr), s.batch, s.config, 1, chunk, 11, cache, {},
+                                                  fake_device(DType::kBF16, {2, 10, 512})),
                         StatusCode::kOutOfRange, {"compressed_rows", "11"}));
   KvCacheView host_cache = cache;
   host_cache.pages.device = Device{};
-  EXPECT_TRUE(FailsWith(cuda_dequantize_and_gather(host_cache, seq, {}, gtable, 0,
-                                                   fake_device(DType::kBF16, {2, 10, 512}), nullptr),
+  EXPECT_TRUE(FailsWith(dequantize_and_gather(cudatest_context(nullptr), host_cache, seq, {}, gtable, 0,
+                                                   fake_device(DType::kBF16, {2, 10, 512})),
                         StatusCode::kInvalidArgument, {"cache.pages", "cuda"}));
 }
 

@@ -7,8 +7,8 @@
 //     kernel where usable), h 100 (sm90 CTA pairs), h 16 (portable 16-row tile);
 //   * packed MTP (h 8, s_q 2: the pack prepass and the portable kernel);
 //   * flat bf16 prefill, split and unsplit (max_logits too);
-// and on each kernel choice: the default (sm90 kernel on an sm_90a device), the
-// sm90 kernel without CTA pairs (h > 64), and SMLA_CUDA_ATTENTION=portable.
+// and on every cuda implementation in the registry that runs on this device
+// (cuda.sm90, also without CTA pairs for h > 64, and cuda.portable).
 // The reference is also held to the semantics table (check_semantics).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -18,8 +18,6 @@
 #include <string>
 #include <vector>
 
-#include "smla/cuda.h"
-#include "src/cuda/sparse_attention_launch.h"
 #include "tests/common/test_common.h"
 #include "tests/unit/consistency/nonfinite_cases.h"
 #include "tests/unit/cuda/attention_expect.h"
@@ -71,49 +69,31 @@ std::vector<Launch> launches(nonfinite::Op op) {
           {"decode packed, h 8 s_q 2", Shape{2, 2, 8, /*pack=*/true}, Split::kAny}};
 }
 
-// Runs `check` on each kernel choice that applies to a launch with `heads` rows
-// per token (16-row tiles and packed launches always run the portable kernel).
-void on_each_kernel(const Shape& shape, const std::function<void(const std::string&)>& check) {
-  const bool sm90 = cuda::sm90_attention_usable();
-  const bool portable_only = shape.pack || shape.num_heads <= 16;
-  check(sm90 && !portable_only ? "default kernel (sm90 for 64-row tiles)" : "default kernel (portable)");
-  if (sm90 && shape.num_heads > 64) {
-    ::setenv("SMLA_SM90_PAIR", "off", 1);
-    check("sm90 kernel, no CTA pairs");
-    ::unsetenv("SMLA_SM90_PAIR");
-  }
-  if (sm90 && !portable_only) {
-    ::setenv("SMLA_CUDA_ATTENTION", "portable", 1);
-    check("portable kernel");
-    ::unsetenv("SMLA_CUDA_ATTENTION");
-  }
-}
-
 // The workspace the plan asks for: non-zero exactly when the keys are split (or packed).
-std::size_t workspace_bytes(Case& c, const Outputs& outputs) {
+std::size_t workspace_bytes(const Context& context, Case& c, const Outputs& outputs) {
   if (c.op == nonfinite::Op::kDecode) {
     DeviceDecodeArgs device(nonfinite::decode_args(c, outputs));
-    auto bytes = cuda_sparse_decode_workspace_size(device.args);
+    auto bytes = sparse_decode_workspace_size(context, device.args);
     return bytes.ok() ? *bytes : 0;
   }
   DevicePrefillArgs device(nonfinite::prefill_args(c, outputs));
-  auto bytes = cuda_sparse_prefill_workspace_size(device.args);
+  auto bytes = sparse_prefill_workspace_size(context, device.args);
   return bytes.ok() ? *bytes : 0;
 }
 
 // One cuda run of the case into fresh sentinel-filled outputs.
-::testing::AssertionResult run_cuda(Case& c, Outputs* got) {
+::testing::AssertionResult run_cuda(const Context& context, Case& c, Outputs* got) {
   *got = nonfinite::make_outputs(c);
   Status status;
   if (c.op == nonfinite::Op::kDecode) {
     DeviceDecodeArgs device(nonfinite::decode_args(c, *got));
-    status = sparse_decode(device.args, Backend::kCuda);
+    status = sparse_decode(context, device.args);
     if (cudaDeviceSynchronize() != cudaSuccess) return ::testing::AssertionFailure() << "kernel failed";
     copy_to_host(*device.out, got->out.view());
     copy_to_host(*device.lse, got->lse.view());
   } else {
     DevicePrefillArgs device(nonfinite::prefill_args(c, *got));
-    status = sparse_prefill(device.args, Backend::kCuda);
+    status = sparse_prefill(context, device.args);
     if (cudaDeviceSynchronize() != cudaSuccess) return ::testing::AssertionFailure() << "kernel failed";
     copy_to_host(*device.out, got->out.view());
     copy_to_host(*device.max_logits, got->max_logits.view());
@@ -140,19 +120,21 @@ TEST_P(CudaNonfinite, MatchesTheReferenceOnEveryPath) {
     const std::string semantics = nonfinite::check_semantics(c, want);
     EXPECT_TRUE(semantics.empty()) << "reference against the semantics table:\n" << semantics;
 
-    on_each_kernel(launch.shape, [&](const std::string& kernel) {
-      SCOPED_TRACE(kernel);
+    const Op op = spec.op == nonfinite::Op::kDecode ? Op::kSparseDecode : Op::kSparsePrefill;
+    for (const cudatest::KernelChoice& choice : cudatest::kernel_choices(op, launch.shape.num_heads)) {
+      SCOPED_TRACE(choice.label);
+      const Context context = cudatest::cuda_context(choice.tuning);
       if (launch.split != Split::kAny) {
-        const std::size_t bytes = workspace_bytes(c, want);
+        const std::size_t bytes = workspace_bytes(context, c, want);
         EXPECT_EQ(bytes > 0, launch.split == Split::kYes)
             << "the launch was meant to be " << (launch.split == Split::kYes ? "split" : "unsplit")
             << " (workspace " << bytes << " B): the plan changed, adjust the shapes";
       }
       Outputs got;
-      ASSERT_TRUE(run_cuda(c, &got));
+      ASSERT_TRUE(run_cuda(context, c, &got));
       const std::string mismatch = nonfinite::compare(c, got, want, kCudaTolerances);
       EXPECT_TRUE(mismatch.empty()) << mismatch;
-    });
+    }
   }
 }
 

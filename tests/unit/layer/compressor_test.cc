@@ -241,8 +241,8 @@ TEST(CompressorValidationTest, RejectsBadIndicesAndWritesNothing) {
   rig.state_table.view.shape[1] = 3;
   EXPECT_EQ(rig.dest_bytes(), dest);
   EXPECT_EQ(0, std::memcmp(rig.state.data.data(), state.data(), state.size() * 4));
-  EXPECT_TRUE(FailsWith(rig.run(token_range(0, 0, 4), Backend::kCuda), StatusCode::kUnimplemented,
-                        {"run_compressor", "cuda"}));
+  // Host tensors on cuda: no cuda context here (not built, no device), or an error naming the tensor.
+  EXPECT_FALSE(rig.run(token_range(0, 0, 4), Backend::kCuda).ok());
 }
 
 }  // namespace

@@ -23,7 +23,7 @@ TEST(IndexerQueryTest, HandQuantizationFoldsTheScaleIntoTheWeights) {
   Buffer<float> w(DType::kF32, {1, 2});
   w.data = {3.0f, 5.0f};
   Buffer<std::int64_t> pos(DType::kI64, {1}, 0);
-  for (Backend backend : {Backend::kCpu, Backend::kReference}) {
+  for (Backend backend : layer_test::host_backends(Op::kPrepareIndexerQuery)) {
     Buffer<std::uint8_t> q8(DType::kE4M3, {1, 2, 128}, 0x7F);
     Buffer<float> hw(DType::kF32, {1, 2}, layer_test::kNaN);
     ASSERT_TRUE(IsOk(prepare_indexer_query({q.view, w.view, pos.view, &*table, q8.view, hw.view}, backend)));
@@ -61,7 +61,7 @@ TEST(IndexerTopkTest, HandLogitsTiesAndCausalLimit) {
   Buffer<std::int64_t> pos(DType::kI64, {3});
   pos.data = {27, 10, 2};  // 7, 2 and 0 valid entries
   Buffer<std::int32_t> to_req(DType::kI32, {3}, 0);
-  for (Backend backend : {Backend::kCpu, Backend::kReference}) {
+  for (Backend backend : layer_test::host_backends(Op::kIndexerTopk)) {
     // Logits 0.5, 2, 2, 0, 3, 1, 2: k = 3 takes entry 4 and two of the tied
     // entries 1, 2, 6 (the smaller numbers), written in ascending order.
     Buffer<std::int32_t> top3(DType::kI32, {3, 3}, 77), top10(DType::kI32, {3, 10}, 77);
@@ -118,7 +118,7 @@ TEST(IndexerTopkTest, BackendsSelectTheLargestLogits) {
   Buffer<std::int64_t> pos(DType::kI64, {tokens});
   pos.data = {79, 3, 30, 50, 17};
   Buffer<std::int32_t> to_req(DType::kI32, {tokens}, 0);
-  for (Backend backend : {Backend::kCpu, Backend::kReference}) {
+  for (Backend backend : layer_test::host_backends(Op::kIndexerTopk)) {
     Buffer<std::int32_t> top(DType::kI32, {tokens, top_k}, 77);
     ASSERT_TRUE(IsOk(indexer_topk({q8.view, hw.view, cache.view, pos.view, to_req.view, table.view, -1, false, top.view},
                                   backend)));

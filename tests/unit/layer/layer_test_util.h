@@ -12,9 +12,20 @@
 #include "smla/indexer_cache.h"
 #include "smla/kv_format.h"
 #include "smla/numeric.h"
+#include "smla/registry.h"
 #include "smla/tensor.h"
 
 namespace smla::layer_test {
+
+// The host backends with a registered implementation of `op` (smla/registry.h):
+// the hand cases run on every one, whatever the build registers.
+inline std::vector<Backend> host_backends(Op op) {
+  std::vector<Backend> backends;
+  for (const Implementation& implementation : implementations()) {
+    if (implementation.op == op && implementation.backend != Backend::kCuda) backends.push_back(implementation.backend);
+  }
+  return backends;
+}
 
 inline constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 

@@ -33,7 +33,7 @@ TEST(OutputProjectionTest, HandCaseUndoesTheRotation) {
   wo_a.data[1024 + 512 + 448] = 1.0f;
   Buffer<float> wo_b(DType::kF32, {3, 2});
   wo_b.data = {1, 0, 0, 1, 2, 3};
-  for (Backend backend : {Backend::kCpu, Backend::kReference}) {
+  for (Backend backend : layer_test::host_backends(Op::kProjectOutput)) {
     Buffer<float> out(DType::kF32, {2, 3}, layer_test::kNaN);
     ASSERT_TRUE(IsOk(project_output({o.view, 0, pos.view, &*table, wo_a.view, wo_b.view, out.view}, backend)));
     for (int t = 0; t < 2; ++t) {

@@ -22,7 +22,7 @@ TEST(QueryPrepTest, HandCaseNormalizesRotatesAndZeroPadsHeads) {
   // rotates (1, 1) by 1 rad -> (cos1 - sin1, sin1 + cos1).
   Buffer<float> q(DType::kF32, {1, 1, 512}, 3.0f);
   Buffer<std::int64_t> pos(DType::kI64, {1}, 1);
-  for (Backend backend : {Backend::kCpu, Backend::kReference}) {
+  for (Backend backend : layer_test::host_backends(Op::kPrepareQuery)) {
     Buffer<std::uint16_t> out(DType::kBF16, {1, 3, 512}, 0x7FC0);  // NaN-poisoned
     ASSERT_TRUE(IsOk(prepare_query({q.view, pos.view, &*table, 1e-6f, out.view}, backend)));
     EXPECT_EQ(bf16_to_f32(out.data[0]), 1.0f);

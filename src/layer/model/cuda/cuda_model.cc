@@ -8,7 +8,8 @@
 #include <algorithm>
 
 #include "smla/compressor.h"
-#include "smla/cuda_metadata.h"
+#include "smla/context.h"
+#include "smla/metadata.h"
 #include "smla/numeric.h"
 #include "src/cuda/cublaslt_gemm.h"
 #include "src/layer/model/cuda/cuda_model_impl.h"
@@ -318,6 +319,10 @@ Expected<std::unique_ptr<CudaModel>> CudaModel::create(const ModelConfig& config
       !s.ok()) {
     return fail(s);
   }
+  auto context = Context::create(Backend::kCuda);
+  if (!context) return fail(context.status());
+  m.context = *context;
+  m.context->set_stream(m.stream);
   if (Status s = m.allocate_all(); !s.ok()) return fail(s);
   for (int l = 0; l < static_cast<int>(m.layers.size()); ++l) {
     if (Status s = m.upload_weights(l); !s.ok()) return fail(s.with_context(fmt::format("layer {}: ", l)));
@@ -561,7 +566,7 @@ Status CudaModel::step(const std::vector<StepEntry>& batch, const TensorView& x,
 // other values than the host did (a bug), so the step's output is not trusted.
 Status CudaModel::Impl::check_metadata_errors() const {
   std::int64_t error_word = 0;
-  SMLA_RETURN_IF_ERROR(cuda_status(cudaMemcpy(&error_word, counts.get<std::int64_t>() + kCudaStepErrorWord,
+  SMLA_RETURN_IF_ERROR(cuda_status(cudaMemcpy(&error_word, counts.get<std::int64_t>() + kStepErrorWord,
                                               sizeof(error_word), cudaMemcpyDeviceToHost),
                                    "metadata error word download"));
   if (error_word != 0) {

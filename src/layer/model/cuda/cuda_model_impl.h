@@ -9,6 +9,7 @@
 #include <optional>
 #include <vector>
 
+#include "smla/context.h"
 #include "smla/cuda_model.h"
 #include "smla/indexer_cache.h"
 #include "smla/kv_format.h"
@@ -90,6 +91,9 @@ struct CudaModel::Impl {
   Device device{DeviceKind::kCuda, 0};
   std::optional<RopeTable> swa_rope, compressed_rope;
   cudaStream_t stream = nullptr;
+  // Every op of a step runs in this context: the model's stream and, once
+  // size_workspaces() ran, the model's op workspace (so no op allocates).
+  std::optional<Context> context;
   CudaStepTiming timing;
 
   std::vector<cuda_model::DeviceLayer> layers;

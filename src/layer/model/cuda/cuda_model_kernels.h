@@ -1,6 +1,6 @@
 // Internal: the small element-wise kernels of the CUDA step runner (the ops
-// with a public home live in smla/cuda_layer.h, smla/cuda.h and
-// smla/cuda_metadata.h). Launchers enqueue on `stream`, never synchronize and
+// with a public home live in smla/layer.h, smla/attention.h and
+// smla/metadata.h). Launchers enqueue on `stream`, never synchronize and
 // return the launch error as a Status.
 #pragma once
 

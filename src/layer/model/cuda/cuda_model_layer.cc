@@ -6,9 +6,10 @@
 #include <cmath>
 
 #include "smla/compressor.h"
-#include "smla/cuda.h"
-#include "smla/cuda_layer.h"
-#include "smla/cuda_metadata.h"
+#include "smla/attention.h"
+#include "smla/indexer.h"
+#include "smla/layer.h"
+#include "smla/metadata.h"
 #include "src/cuda/cublaslt_gemm.h"
 #include "src/layer/model/cuda/cuda_model_impl.h"
 #include "src/layer/model/cuda/cuda_model_kernels.h"
@@ -29,23 +30,16 @@ Status copy_row(void* dst, std::int64_t dst_row, const void* src, std::int64_t s
                      "device row copy");
 }
 
-Status check_workspace(Expected<std::size_t> needed, std::size_t have, const char* op) {
-  if (!needed) return needed.status();
-  if (*needed > have) {
-    return internal_error(fmt::format("CudaModel: {} needs {} workspace bytes, {} were sized at creation", op, *needed,
-                                      have));
-  }
-  return Status::Ok();
-}
-
 }  // namespace
 
 Status CudaModel::Impl::linear(const DeviceMem& in_bf16, std::int64_t rows, const cuda_model::DeviceMatrix& w,
                                const DeviceMem& out) const {
   // Buffers are sized at creation; a mismatch here is a bug, never a silent overflow.
-  if (in_bf16.bytes < static_cast<std::size_t>(rows * w.cols) * 2 || out.bytes < static_cast<std::size_t>(rows * w.rows) * 4) {
-    return internal_error(fmt::format("CudaModel: GEMM [{} x {}] . [{} x {}]^T does not fit its buffers ({} / {} bytes)",
-                                      rows, w.cols, w.rows, w.cols, in_bf16.bytes, out.bytes));
+  if (in_bf16.bytes < static_cast<std::size_t>(rows * w.cols) * 2 ||
+      out.bytes < static_cast<std::size_t>(rows * w.rows) * 4) {
+    return internal_error(
+        fmt::format("CudaModel: GEMM [{} x {}] . [{} x {}]^T does not fit its buffers ({} / {} bytes)", rows, w.cols,
+                    w.rows, w.cols, in_bf16.bytes, out.bytes));
   }
   cuda::GemmArgs g;
   g.m = rows;
@@ -89,8 +83,8 @@ Status CudaModel::Impl::enqueue_metadata(const cuda_model::StepShape& shape) {
   StepMetadataBuffers out = device_metadata_buffers(T);
   out.query_start_loc.shape[0] = R + 1;
   out.prefill_gather_lens.shape[0] = R;
-  SMLA_RETURN_IF_ERROR(cuda_build_step_metadata(device_batch(R, T), step_config, out,
-                                                dev(counts, DType::kI64, {kCudaStepCountFields}), stream));
+  SMLA_RETURN_IF_ERROR(build_step_metadata(*context, device_batch(R, T), step_config, out,
+                                           dev(counts, DType::kI64, {kStepCountFields})));
   cuda_model::StateSlotParams p;
   p.token_to_req = token_to_req.get<std::int32_t>();
   p.positions = positions.get<std::int64_t>();
@@ -150,7 +144,8 @@ Status CudaModel::Impl::enqueue_layer(int l, const cuda_model::StepShape& shape)
   SMLA_RETURN_IF_ERROR(cuda_model::launch_row_norm(kv_norm, stream));
   SMLA_RETURN_IF_ERROR(linear(qr_bf16, T, layer.wq_b, q).with_context("wq_b: "));
   if (ratio > 1) {
-    SMLA_RETURN_IF_ERROR(linear(x_bf16, T, layer.compressor.wkv_wgate, kv_score).with_context("compressor wkv_wgate: "));
+    SMLA_RETURN_IF_ERROR(
+        linear(x_bf16, T, layer.compressor.wkv_wgate, kv_score).with_context("compressor wkv_wgate: "));
   }
   if (ratio == 4) {
     SMLA_RETURN_IF_ERROR(linear(qr_bf16, T, layer.index_wq_b, index_q).with_context("index_wq_b: "));
@@ -161,14 +156,10 @@ Status CudaModel::Impl::enqueue_layer(int l, const cuda_model::StepShape& shape)
   SMLA_RETURN_IF_ERROR(record(ev + 1, shape));
 
   // 2. Query prep, SWA insert, compressors.
-  SMLA_RETURN_IF_ERROR(cuda_prepare_query({dev(q, DType::kF32, {T, H, kHeadDim}), pos, &rope, config.rms_eps,
-                                           dev(q_bf16, DType::kBF16, {T, H, kHeadDim})},
-                                          stream)
-                           .with_context("prepare_query: "));
-  SMLA_RETURN_IF_ERROR(cuda_prepare_kv({dev(kv, DType::kF32, {T, kHeadDim}), pos, &rope,
-                                        dev(swa_slot_mapping, DType::kI64, {T}), kv_view(layer.swa), {}},
-                                       stream)
-                           .with_context("prepare_kv: "));
+  SMLA_RETURN_IF_ERROR(prepare_query(*context, {dev(q, DType::kF32, {T, H, kHeadDim}), pos, &rope, config.rms_eps,
+                                                dev(q_bf16, DType::kBF16, {T, H, kHeadDim})}));
+  SMLA_RETURN_IF_ERROR(prepare_kv(*context, {dev(kv, DType::kF32, {T, kHeadDim}), pos, &rope,
+                                             dev(swa_slot_mapping, DType::kI64, {T}), kv_view(layer.swa), {}}));
   auto compress = [&](int r, int head_dim, const DeviceMem& scores, const cuda_model::DeviceCompressor& cw,
                       const DeviceMem& state, std::int64_t state_blocks, std::optional<KvCacheView> kv_dest,
                       std::optional<IndexerCacheView> index_dest) -> Status {
@@ -190,7 +181,7 @@ Status CudaModel::Impl::enqueue_layer(int l, const cuda_model::StepShape& shape)
     args.eps = config.rms_eps;
     args.kv_cache = kv_dest;
     args.index_cache = index_dest;
-    return cuda_run_compressor(args, stream);
+    return run_compressor(*context, args);
   };
   if (ratio > 1) {
     SMLA_RETURN_IF_ERROR(compress(ratio, kHeadDim, kv_score, layer.compressor, layer.state, layer.state_blocks,
@@ -208,19 +199,17 @@ Status CudaModel::Impl::enqueue_layer(int l, const cuda_model::StepShape& shape)
                              .with_context("indexer compressor: "));
     const TensorView q_fp8 = dev(q8, DType::kE4M3, {T, Hi, 128});
     const TensorView weights = dev(head_weights, DType::kF32, {T, Hi});
-    SMLA_RETURN_IF_ERROR(cuda_prepare_indexer_query({dev(index_q, DType::kF32, {T, Hi, 128}),
-                                                     dev(index_w, DType::kF32, {T, Hi}), pos, &rope, q_fp8, weights},
-                                                    stream)
-                             .with_context("prepare_indexer_query: "));
+    SMLA_RETURN_IF_ERROR(prepare_indexer_query(
+        *context, {dev(index_q, DType::kF32, {T, Hi, 128}), dev(index_w, DType::kF32, {T, Hi}), pos, &rope, q_fp8,
+                   weights}));
     const TensorView c4_blocks = dev(c4_table, DType::kI32, {R, c_cols});
     IndexerTopkArgs topk{q_fp8, weights, keys, pos, req_of_token, c4_blocks, -1, true,
                          dev(local_topk, DType::kI32, {T, EW})};
-    SMLA_RETURN_IF_ERROR(check_workspace(cuda_indexer_topk_workspace_size(topk), workspace.bytes, "indexer_topk"));
-    SMLA_RETURN_IF_ERROR(cuda_indexer_topk(topk, workspace.get(), workspace.bytes, stream).with_context("indexer_topk: "));
-    SMLA_RETURN_IF_ERROR(cuda_c4a_global_topk_indices(dev(local_topk, DType::kI32, {T, EW}), req_of_token, valid,
-                                                      c4_blocks, layer.compressed.page_size,
-                                                      dev(extra_indices, DType::kI32, {T, EW}),
-                                                      dev(extra_lens, DType::kI32, {T}), stream)
+    SMLA_RETURN_IF_ERROR(indexer_topk(*context, topk));
+    SMLA_RETURN_IF_ERROR(c4a_global_topk_indices(*context, dev(local_topk, DType::kI32, {T, EW}), req_of_token, valid,
+                                                 c4_blocks, layer.compressed.page_size,
+                                                 dev(extra_indices, DType::kI32, {T, EW}),
+                                                 dev(extra_lens, DType::kI32, {T}))
                              .with_context("c4a global indices: "));
   } else if (ratio == 128) {
     // Decode rows come global from the metadata; prefill rows are local
@@ -237,12 +226,12 @@ Status CudaModel::Impl::enqueue_layer(int l, const cuda_model::StepShape& shape)
                                        "c128a decode lens copy"));
     }
     if (pre > 0) {
-      SMLA_RETURN_IF_ERROR(cuda_c4a_global_topk_indices(
-                               dev(c128a_prefill_indices, DType::kI32, {pre, EW}),
+      SMLA_RETURN_IF_ERROR(c4a_global_topk_indices(
+                               *context, dev(c128a_prefill_indices, DType::kI32, {pre, EW}),
                                dev(token_to_req, DType::kI32, {pre}, dec), dev(is_valid_token, DType::kU8, {pre}, dec),
                                dev(c128_table, DType::kI32, {R, c_cols}), layer.compressed.page_size,
-                               dev(extra_indices, DType::kI32, {pre, EW}, dec), dev(extra_lens, DType::kI32, {pre}, dec),
-                               stream)
+                               dev(extra_indices, DType::kI32, {pre, EW}, dec),
+                               dev(extra_lens, DType::kI32, {pre}, dec))
                                .with_context("c128a prefill indices: "));
     }
   }
@@ -262,8 +251,7 @@ Status CudaModel::Impl::enqueue_layer(int l, const cuda_model::StepShape& shape)
   a.sink = dev(layer.sink, DType::kF32, {H});
   a.softmax_scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
   a.out = dev(o, DType::kBF16, {T, H, kHeadDim});
-  SMLA_RETURN_IF_ERROR(check_workspace(cuda_sparse_decode_workspace_size(a), workspace.bytes, "sparse_decode"));
-  SMLA_RETURN_IF_ERROR(cuda_sparse_decode(a, workspace.get(), workspace.bytes, stream).with_context("sparse_decode: "));
+  SMLA_RETURN_IF_ERROR(sparse_decode(*context, a).with_context("sparse_decode: "));
   if (!shape.verify_rows.empty()) {
     const VerifyStage& v = verify_stage[static_cast<std::size_t>(l)];
     const std::int64_t q_row = H * kHeadDim * 2;
@@ -292,8 +280,7 @@ Status CudaModel::Impl::enqueue_layer(int l, const cuda_model::StepShape& shape)
   p.wo_a = dev(layer.wo_a, DType::kBF16, {G, config.o_lora_rank, H / G * kHeadDim});
   p.wo_b = dev(layer.wo_b, DType::kBF16, {config.hidden, G * config.o_lora_rank});
   p.out = dev(layer_out, DType::kF32, {T, config.hidden});
-  SMLA_RETURN_IF_ERROR(check_workspace(cuda_project_output_workspace_size(p), workspace.bytes, "project_output"));
-  SMLA_RETURN_IF_ERROR(cuda_project_output(p, workspace.get(), workspace.bytes, stream).with_context("project_output: "));
+  SMLA_RETURN_IF_ERROR(project_output(*context, p));
   cuda_model::RowNormParams residual;
   residual.in = x.get<float>();
   residual.stride_in = config.hidden;
@@ -339,7 +326,7 @@ Status CudaModel::Impl::size_workspaces() {
       a.sink = dev(layer.sink, DType::kF32, {H});
       a.softmax_scale = 1.0f;
       a.out = dev(o, DType::kBF16, {T, H, kHeadDim});
-      SMLA_RETURN_IF_ERROR(take(cuda_sparse_decode_workspace_size(a)).with_context("sparse_decode workspace: "));
+      SMLA_RETURN_IF_ERROR(take(sparse_decode_workspace_size(*context, a)).with_context("sparse_decode workspace: "));
     }
     const TensorView pos = dev(positions, DType::kI64, {T_max});
     if (ratio == 4) {
@@ -347,7 +334,7 @@ Status CudaModel::Impl::size_workspaces() {
                            index_view(layer.index_keys), pos, dev(token_to_req, DType::kI32, {T_max}),
                            dev(c4_table, DType::kI32, {R, c_cols}), -1, true,
                            dev(local_topk, DType::kI32, {T_max, layer.extra_width})};
-      SMLA_RETURN_IF_ERROR(take(cuda_indexer_topk_workspace_size(topk)).with_context("indexer_topk workspace: "));
+      SMLA_RETURN_IF_ERROR(take(indexer_topk_workspace_size(*context, topk)).with_context("indexer_topk workspace: "));
     }
     OutputProjectionArgs p;
     p.o = dev(o, DType::kBF16, {T_max, H, kHeadDim});
@@ -357,9 +344,11 @@ Status CudaModel::Impl::size_workspaces() {
     p.wo_a = dev(layer.wo_a, DType::kBF16, {G, config.o_lora_rank, H / G * kHeadDim});
     p.wo_b = dev(layer.wo_b, DType::kBF16, {config.hidden, G * config.o_lora_rank});
     p.out = dev(layer_out, DType::kF32, {T_max, config.hidden});
-    SMLA_RETURN_IF_ERROR(take(cuda_project_output_workspace_size(p)).with_context("project_output workspace: "));
+    SMLA_RETURN_IF_ERROR(take(project_output_workspace_size(*context, p)).with_context("project_output workspace: "));
   }
-  return cuda_model::allocate(workspace, bytes, "op workspace");
+  SMLA_RETURN_IF_ERROR(cuda_model::allocate(workspace, bytes, "op workspace"));
+  context->set_workspace(workspace.get(), workspace.bytes);  // every op's scratch: nothing allocates in a step
+  return Status::Ok();
 }
 
 // The first cuBLASLt call on a device creates its handle, which must not
@@ -376,7 +365,7 @@ Status CudaModel::Impl::warm_up() {
   p.wo_a = dev(layer.wo_a, DType::kBF16, {G, config.o_lora_rank, H / G * kHeadDim});
   p.wo_b = dev(layer.wo_b, DType::kBF16, {config.hidden, G * config.o_lora_rank});
   p.out = dev(layer_out, DType::kF32, {1, config.hidden});
-  SMLA_RETURN_IF_ERROR(cuda_project_output(p, workspace.get(), workspace.bytes, stream).with_context("warm-up: "));
+  SMLA_RETURN_IF_ERROR(project_output(*context, p).with_context("warm-up: "));
   return cuda_status(cudaStreamSynchronize(stream), "warm-up");
 }
 

@@ -1,0 +1,130 @@
+// File: smla/context.h
+//
+// The context every op runs in: which backend, which device, which stream,
+// where scratch memory comes from and how the kernels are tuned.
+//
+//   auto ctx = smla::Context::create(smla::Backend::kCuda);   // kAuto: cuda when a device is present, else cpu
+//   ctx->set_stream(stream);                                  // a cudaStream_t; nullptr = the legacy stream
+//   ctx->set_workspace(buffer, bytes);                        // optional: caller-owned scratch (graph capture)
+//   smla::sparse_decode(*ctx, args);
+//
+// A context is a small value: copies share the owned workspace and nothing
+// else. Use one context from one thread (and one stream) at a time; give each
+// thread or stream its own copy with its own workspace.
+//
+// Scratch: an op that needs scratch takes it from the caller's workspace when
+// one is set (an error names the size it needs when it is too small; sizes come
+// from the *_workspace_size queries or a plan and depend on shapes only) and
+// otherwise from a buffer the context owns and grows on demand. Growing
+// allocates and synchronizes the device, so code that captures CUDA graphs sets
+// a workspace of its own, sized once for the largest step.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "smla/backend.h"
+#include "smla/status.h"
+
+namespace smla {
+
+// Knobs that change how an op runs, never what it computes. The defaults are
+// the measured best (docs/PERF.md); A/B runs and tests change them. Read once:
+// from_environment() fills the fields from the variables named beside them.
+struct TuningOptions {
+  enum class Switch { kAuto, kOn, kOff };
+
+  // Use the registered implementation of this name for every op that has one
+  // (an error when it cannot run the problem); ops without one select as usual.
+  // "" = select (smla/registry.h). SMLA_IMPLEMENTATION, e.g. "cuda.portable".
+  std::string implementation;
+  // Packed MTP tiles (SparseDecodeArgs::queries_per_request): -1 = the tuned
+  // rule; 0, 16, 32, 64 = the plain rule within that many rows (0 = never pack).
+  // SMLA_CUDA_PACK_MAX_ROWS.
+  int pack_max_rows = -1;
+  // sm90 kernel: L2 prefetch of rows a few tiles ahead (auto: decode-sized
+  // grids only). SMLA_SM90_PREFETCH=on|off.
+  Switch sm90_prefetch = Switch::kAuto;
+  // sm90 kernel: the two head blocks of an h_q 65..128 token run as a CTA pair
+  // sharing the K expansion. SMLA_SM90_PAIR=off turns it off.
+  bool sm90_pair_head_blocks = true;
+  // sm90 kernel: a token's head blocks start together (token-major block
+  // order). SMLA_SM90_BLOCK_ORDER=grid keeps the launch order.
+  bool sm90_token_major = true;
+
+  // The defaults, overridden by the environment variables above. An
+  // unrecognised value is an error naming the variable.
+  static Expected<TuningOptions> from_environment();
+};
+
+// What the context's device is (queried once, at create()).
+struct DeviceProperties {
+  int ordinal = -1;               // CUDA device ordinal; -1 for the host backends
+  int compute_capability = 0;     // major * 10 + minor (90 = sm_90); 0 on the host
+  int multiprocessors = 0;
+  int shared_memory_per_block = 0;  // opt-in maximum, bytes
+  std::string name;               // "NVIDIA H100 80GB HBM3", "host"
+};
+
+class Context {
+ public:
+  // Resolves kAuto, checks the backend is compiled in and usable (cuda: the
+  // calling thread's current device) and reads the device's properties.
+  // tuning defaults to TuningOptions::from_environment().
+  static Expected<Context> create(Backend backend = Backend::kAuto);
+  static Expected<Context> create(Backend backend, const TuningOptions& tuning);
+
+  Backend backend() const { return backend_; }
+  const DeviceProperties& device() const { return device_; }
+  const TuningOptions& tuning() const { return tuning_; }
+  void set_tuning(const TuningOptions& tuning) { tuning_ = tuning; }
+
+  void* stream() const { return stream_; }
+  void set_stream(void* stream) { stream_ = stream; }
+
+  // Caller-owned scratch in the backend's memory (256-byte aligned for cuda).
+  // From then on an op never allocates: one that needs more than `bytes`
+  // (even with bytes = 0) fails naming the size it needs.
+  void set_workspace(void* data, std::size_t bytes) {
+    workspace_ = data;
+    workspace_bytes_ = bytes;
+    caller_workspace_ = true;
+  }
+  // Back to the buffer the context owns and grows.
+  void use_owned_workspace() {
+    workspace_ = nullptr;
+    workspace_bytes_ = 0;
+    caller_workspace_ = false;
+  }
+  bool has_caller_workspace() const { return caller_workspace_; }
+  void* workspace() const { return workspace_; }
+  std::size_t workspace_bytes() const { return workspace_bytes_; }
+
+  // `bytes` of scratch for one op: the caller's workspace, or the owned buffer
+  // grown to at least that. Fails when the caller's is smaller or an
+  // allocation fails. Ops call this; users normally do not.
+  Expected<void*> scratch(std::size_t bytes) const;
+
+  struct OwnedWorkspace;  // the grown buffer, shared by copies
+
+ private:
+  Context() = default;
+
+  Backend backend_ = Backend::kCpu;
+  DeviceProperties device_;
+  TuningOptions tuning_;
+  void* stream_ = nullptr;
+  void* workspace_ = nullptr;
+  std::size_t workspace_bytes_ = 0;
+  bool caller_workspace_ = false;
+  std::shared_ptr<OwnedWorkspace> owned_;
+};
+
+// The calling thread's default context of a backend (kAuto resolved) on the
+// current device, created on first use with the environment's tuning (a copy:
+// copies share its owned scratch). The one-call entries without a Context
+// (sparse_decode(args, backend), ...) run in it; each thread has its own.
+Expected<Context> default_context(Backend backend = Backend::kAuto);
+
+}  // namespace smla

@@ -1,0 +1,158 @@
+#include "smla/context.h"
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string_view>
+#include <utility>
+
+#include "src/runtime/registry_internal.h"
+
+namespace smla {
+
+struct Context::OwnedWorkspace {
+  const runtime::BackendRuntime* runtime = nullptr;
+  std::mutex mutex;
+  void* data = nullptr;
+  std::size_t bytes = 0;
+
+  ~OwnedWorkspace() {
+    if (data != nullptr) runtime->release(data);
+  }
+};
+
+namespace {
+
+Status bad_variable(std::string_view name, std::string_view expected, std::string_view value) {
+  return invalid_argument(fmt::format("environment variable {}", name), expected, fmt::format("'{}'", value));
+}
+
+// name=on|off (or the single `off_word` / `on_word` a variable documents) into a Switch.
+Expected<TuningOptions::Switch> read_switch(const char* name, TuningOptions::Switch fallback) {
+  const char* value = std::getenv(name);
+  if (value == nullptr || *value == '\0') return fallback;
+  const std::string_view text(value);
+  if (text == "on") return TuningOptions::Switch::kOn;
+  if (text == "off") return TuningOptions::Switch::kOff;
+  if (text == "auto") return TuningOptions::Switch::kAuto;
+  return bad_variable(name, "on, off or auto", text);
+}
+
+}  // namespace
+
+Expected<TuningOptions> TuningOptions::from_environment() {
+  TuningOptions options;
+  if (const char* name = std::getenv("SMLA_IMPLEMENTATION")) options.implementation = name;
+  if (const char* rows = std::getenv("SMLA_CUDA_PACK_MAX_ROWS"); rows != nullptr && *rows != '\0') {
+    const std::string_view text(rows);
+    if (text != "0" && text != "16" && text != "32" && text != "64") {
+      return bad_variable("SMLA_CUDA_PACK_MAX_ROWS", "0, 16, 32 or 64", text);
+    }
+    options.pack_max_rows = std::atoi(rows);
+  }
+  auto prefetch = read_switch("SMLA_SM90_PREFETCH", Switch::kAuto);
+  if (!prefetch) return prefetch.status();
+  options.sm90_prefetch = *prefetch;
+  auto pair = read_switch("SMLA_SM90_PAIR", Switch::kOn);
+  if (!pair) return pair.status();
+  options.sm90_pair_head_blocks = *pair != Switch::kOff;
+  if (const char* order = std::getenv("SMLA_SM90_BLOCK_ORDER"); order != nullptr && *order != '\0') {
+    const std::string_view text(order);
+    if (text != "grid" && text != "token") return bad_variable("SMLA_SM90_BLOCK_ORDER", "grid or token", text);
+    options.sm90_token_major = text == "token";
+  }
+  return options;
+}
+
+Expected<Context> Context::create(Backend backend) {
+  auto tuning = TuningOptions::from_environment();
+  if (!tuning) return tuning.status();
+  return create(backend, *tuning);
+}
+
+Expected<Context> Context::create(Backend backend, const TuningOptions& tuning) {
+  const Backend resolved = resolve_backend(backend);
+  const runtime::BackendRuntime* hooks = runtime::backend_runtime(resolved);
+  if (hooks == nullptr) {
+    return unimplemented(fmt::format("backend '{}' is not compiled into this build", backend_name(resolved)));
+  }
+  auto device = hooks->current_device();
+  if (!device) return device.status().with_context(fmt::format("backend '{}': ", backend_name(resolved)));
+  Context context;
+  context.backend_ = resolved;
+  context.device_ = *device;
+  context.tuning_ = tuning;
+  context.owned_ = std::make_shared<OwnedWorkspace>();
+  context.owned_->runtime = hooks;
+  return context;
+}
+
+Expected<void*> Context::scratch(std::size_t bytes) const {
+  if (bytes == 0) return static_cast<void*>(nullptr);
+  if (caller_workspace_) {
+    if (workspace_bytes_ < bytes) {
+      return invalid_argument("workspace", fmt::format("at least {} bytes (the op's workspace size)", bytes),
+                              fmt::format("{} bytes", workspace_bytes_));
+    }
+    if (workspace_ == nullptr || reinterpret_cast<std::uintptr_t>(workspace_) % 256 != 0) {
+      return invalid_argument("workspace", "a 256-byte aligned pointer", fmt::format("{}", workspace_));
+    }
+    return workspace_;
+  }
+  OwnedWorkspace& owned = *owned_;
+  std::lock_guard<std::mutex> lock(owned.mutex);
+  if (owned.bytes < bytes) {
+    if (owned.data != nullptr) owned.runtime->release(owned.data);
+    owned.data = nullptr;
+    owned.bytes = 0;
+    auto data = owned.runtime->allocate(bytes);
+    if (!data) return data.status();
+    owned.data = *data;
+    owned.bytes = bytes;
+  }
+  return owned.data;
+}
+
+namespace {
+
+// The calling thread's context of a backend and device: each thread owns its
+// scratch, so one-call entries on several threads neither share a buffer nor
+// wait for each other, and a one-call entry may call another.
+Expected<Context*> thread_default_context(Backend backend) {
+  thread_local std::map<std::pair<Backend, int>, Context> contexts;
+  const Backend resolved = resolve_backend(backend);
+  const runtime::BackendRuntime* hooks = runtime::backend_runtime(resolved);
+  if (hooks == nullptr) {
+    return unimplemented(fmt::format("backend '{}' is not compiled into this build", backend_name(resolved)));
+  }
+  auto device = hooks->current_device();
+  if (!device) return device.status().with_context(fmt::format("backend '{}': ", backend_name(resolved)));
+  const auto key = std::make_pair(resolved, device->ordinal);
+  if (auto found = contexts.find(key); found != contexts.end()) return &found->second;
+  auto created = Context::create(resolved);
+  if (!created) return created.status();
+  return &contexts.emplace(key, std::move(*created)).first->second;
+}
+
+}  // namespace
+
+Expected<Context> default_context(Backend backend) {
+  auto context = thread_default_context(backend);
+  if (!context) return context.status();
+  return **context;
+}
+
+namespace runtime {
+
+Status with_default_context(Backend backend, const std::function<Status(const Context&)>& call) {
+  auto context = thread_default_context(backend);
+  if (!context) return context.status();
+  return call(**context);
+}
+
+}  // namespace runtime
+
+}  // namespace smla
