@@ -41,6 +41,17 @@ Expected<TuningOptions::Switch> read_switch(const char* name, TuningOptions::Swi
   return bad_variable(name, "on, off or auto", text);
 }
 
+// The current device of a compiled-in backend, or why the backend cannot run here.
+Expected<DeviceProperties> usable_device(Backend resolved) {
+  const runtime::BackendRuntime* hooks = runtime::backend_runtime(resolved);
+  if (hooks == nullptr) {
+    return unimplemented(fmt::format("backend '{}' is not compiled into this build", backend_name(resolved)));
+  }
+  auto device = hooks->current_device();
+  if (!device) return device.status().with_context(fmt::format("backend '{}': ", backend_name(resolved)));
+  return device;
+}
+
 }  // namespace
 
 Expected<TuningOptions> TuningOptions::from_environment() {
@@ -75,18 +86,14 @@ Expected<Context> Context::create(Backend backend) {
 
 Expected<Context> Context::create(Backend backend, const TuningOptions& tuning) {
   const Backend resolved = resolve_backend(backend);
-  const runtime::BackendRuntime* hooks = runtime::backend_runtime(resolved);
-  if (hooks == nullptr) {
-    return unimplemented(fmt::format("backend '{}' is not compiled into this build", backend_name(resolved)));
-  }
-  auto device = hooks->current_device();
-  if (!device) return device.status().with_context(fmt::format("backend '{}': ", backend_name(resolved)));
+  auto device = usable_device(resolved);
+  if (!device) return device.status();
   Context context;
   context.backend_ = resolved;
   context.device_ = *device;
   context.tuning_ = tuning;
   context.owned_ = std::make_shared<OwnedWorkspace>();
-  context.owned_->runtime = hooks;
+  context.owned_->runtime = runtime::backend_runtime(resolved);
   return context;
 }
 
@@ -124,12 +131,8 @@ namespace {
 Expected<Context*> thread_default_context(Backend backend) {
   thread_local std::map<std::pair<Backend, int>, Context> contexts;
   const Backend resolved = resolve_backend(backend);
-  const runtime::BackendRuntime* hooks = runtime::backend_runtime(resolved);
-  if (hooks == nullptr) {
-    return unimplemented(fmt::format("backend '{}' is not compiled into this build", backend_name(resolved)));
-  }
-  auto device = hooks->current_device();
-  if (!device) return device.status().with_context(fmt::format("backend '{}': ", backend_name(resolved)));
+  auto device = usable_device(resolved);
+  if (!device) return device.status();
   const auto key = std::make_pair(resolved, device->ordinal);
   if (auto found = contexts.find(key); found != contexts.end()) return &found->second;
   auto created = Context::create(resolved);
