@@ -2,15 +2,32 @@
 //
 // A DeepSeek-V4-shaped attention stack that ties the step metadata
 // (smla/metadata.h), the layer ops (smla/layer.h) and the sparse attention
-// (smla/attention.h) into one step for a batch, on any backend.
+// (smla/attention.h) into one step for a batch, on any backend: the model runs
+// in the Context it is created from, and its weights, caches and activations
+// live in that backend's memory (host memory for reference / cpu, the current
+// CUDA device for cuda).
 //
-// Per step and layer (spec 5.8): projections (OpenBLAS) -> q/kv norms ->
-// query prep + SWA insert -> compressor(s) -> indexer top-k (C4A) -> sparse
-// attention for every token (sparse_decode over the paged caches) -> inverse-
-// RoPE grouped output projection. Between layers the hidden state becomes
-// RMSNorm(x + attention output): a stand-in for the MoE/mHC block, which is out
-// of scope. Weights are synthetic (seeded), stored bf16 and converted to f32
-// once at creation.
+// Per step: the batch (lengths, block tables, compressor-state tables) is
+// staged, the step metadata is built (build_step_metadata in the context), then
+// per layer (spec 5.8): projections (host: OpenBLAS f32; cuda: cuBLASLt, bf16
+// weights and activations, f32 accumulation) -> q/kv RMSNorm -> query prep +
+// SWA insert -> compressor(s) -> indexer query + top-k (C4A) -> index
+// transforms -> sparse_decode over the paged caches (every token a row) ->
+// inverse-RoPE grouped output projection -> RMSNorm(x + attention output), a
+// stand-in for the MoE/mHC block, which is out of scope. Weights are synthetic
+// (seeded) bf16 values.
+//
+// Every buffer and workspace is sized in create() for
+// ModelOptions::max_batched_tokens / max_requests / max_model_len; a step
+// allocates nothing. Page ids depend only on the calls, so two models of any
+// backends fed the same calls hold the same page ids.
+//
+// Whole-step CUDA graph (cuda contexts): capture_decode_graph(R) records one
+// decode step (metadata + all layers) for R requests of
+// 1 + num_speculative_tokens tokens, reading only inputs at fixed addresses;
+// replay_decode_graph() allocates pages, stages lengths, tables and x, launches
+// the graph and returns the output. Replays equal eager step()s of the same
+// batch bit for bit. Host contexts return Unimplemented.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +37,7 @@
 #include <vector>
 
 #include "smla/backend.h"
+#include "smla/context.h"
 #include "smla/kv_format.h"
 #include "smla/metadata.h"
 #include "smla/status.h"
@@ -80,14 +98,28 @@ struct StepStats {
   std::vector<LayerCheck> checks;
 };
 
+// Time of the last step() or replay_decode_graph() (cuda: cudaEvents, host:
+// wall clock), excluding batch staging, input upload, output download and
+// verification.
+struct StepTiming {
+  double step_s = 0.0;
+};
+
 class Model {
  public:
-  static Expected<std::unique_ptr<Model>> create(const ModelConfig& config, const ModelOptions& options);
+  // The model runs every op in a copy of `context` (cuda: on a stream and
+  // with an op workspace of its own, made here).
+  static Expected<std::unique_ptr<Model>> create(const Context& context, const ModelConfig& config,
+                                                 const ModelOptions& options);
+  // In a new Context of `backend` (kAuto: cuda when a device is present).
+  static Expected<std::unique_ptr<Model>> create(const ModelConfig& config, const ModelOptions& options,
+                                                 Backend backend = Backend::kCpu);
   ~Model();
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
 
   const ModelConfig& config() const;
+  Backend backend() const;  // of the model's context (resolved)
   // A new empty request; its id stays valid until finish_request.
   Expected<int> add_request();
   // Frees the request's cache pages.
@@ -95,17 +127,33 @@ class Model {
   std::int64_t seq_len(int request) const;  // -1 for an unknown id
 
   // Appends query_len tokens to each listed request and runs every layer.
-  // x, out: [T, hidden] f32 with T = sum of query_len, rows in batch order.
-  // verify: re-run each layer's attention on the float64 reference for a row
-  // sample (ModelOptions::verify_rows) and record the max abs error.
-  Status step(const std::vector<StepEntry>& batch, const TensorView& x, const TensorView& out, Backend backend,
-              bool verify, StepStats* stats);
+  // x, out: HOST [T, hidden] f32 contiguous with T = sum of query_len, rows
+  // in batch order; returns once out is written. stats gets the per-phase
+  // times (cuda: device times from cudaEvents; step metadata counts with the
+  // indexer). verify: after the step, re-run each layer's attention on the
+  // float64 reference for a row sample (ModelOptions::verify_rows, staged
+  // during the step) and record the max abs error in stats->checks.
+  Status step(const std::vector<StepEntry>& batch, const TensorView& x, const TensorView& out, bool verify,
+              StepStats* stats);
+
+  // Captures one decode step for `batch_requests` requests of
+  // 1 + num_speculative_tokens tokens each (replaces an earlier graph).
+  // Nothing runs and no cache changes during capture. Unimplemented on the
+  // host backends.
+  Status capture_decode_graph(int batch_requests);
+  int decode_graph_requests() const;  // 0 without a captured graph
+  // Runs a decode step through the graph: `batch` must list exactly the
+  // captured number of requests, each with query_len 1 + num_speculative_tokens.
+  Status replay_decode_graph(const std::vector<StepEntry>& batch, const TensorView& x, const TensorView& out);
+
+  // Time of the last step() or replay_decode_graph().
+  const StepTiming& last_timing() const;
 
   // Attention caches (SWA, compressed, indexer keys) in pages currently held / reserved.
   std::int64_t kv_cache_bytes_used() const;
   std::int64_t kv_cache_bytes_reserved() const;
-  // Raw bytes of every cache of a layer (attention, indexer and compressor
-  // state), for tests comparing runs.
+  // Raw bytes of every cache of a layer, for tests comparing runs: SWA,
+  // compressed, indexer keys, compressor state, indexer compressor state.
   std::vector<std::uint8_t> layer_cache_bytes(int layer) const;
 
  private:

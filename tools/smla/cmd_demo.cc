@@ -15,7 +15,6 @@
 #include <vector>
 
 #include "smla/backend.h"
-#include "smla/cuda_model.h"
 #include "smla/kv_format.h"
 #include "smla/model.h"
 #include "tools/smla/commands.h"
@@ -142,166 +141,160 @@ double mean_of(const std::vector<double>& values) {
   return values.empty() ? 0.0 : sum / static_cast<double>(values.size());
 }
 
-// `--backend cuda`: the same scenario on CudaModel (every layer on the GPU),
-// then timed decode steps of all requests, eager and replayed from a
-// whole-step CUDA graph. Step times are device times (cudaEvent) unless
-// marked wall.
-int run_cuda_demo(const DemoOptions& opt, const ModelConfig& config, ModelOptions model_options,
-                  const std::vector<std::int64_t>& prompts) {
-  using clock = std::chrono::steady_clock;
-  auto fail = [](const Status& s) {
-    fmt::print(stderr, "smla demo: {}\n", s.to_string());
-    return s.code() == StatusCode::kInvalidArgument || s.code() == StatusCode::kOutOfRange ? 2 : 1;
-  };
-  constexpr int kTimedSteps = 8;  // extra decode steps of every request, eager and graph-replayed
-  model_options.max_model_len += 2 * 2 * kTimedSteps;
-  const auto t_load = clock::now();
-  auto model = CudaModel::create(config, model_options);
-  if (!model) {
-    fmt::print(stderr, "smla demo: the cuda backend is not usable here: {}\n", model.status().to_string());
-    return 1;
-  }
-  CudaModel& m = **model;
-  fmt::print("  synthetic weights (seed {}) and device caches ready in {:.2f}s\n", opt.seed,
-             std::chrono::duration<double>(clock::now() - t_load).count());
+int fail_with(const Status& s) {
+  fmt::print(stderr, "smla demo: {}\n", s.to_string());
+  return s.code() == StatusCode::kInvalidArgument || s.code() == StatusCode::kOutOfRange ? 2 : 1;
+}
 
-  std::vector<RequestProgress> requests;
-  for (auto p : prompts) {
-    auto id = m.add_request();
-    if (!id) return fail(id.status());
-    requests.push_back(RequestProgress{*id, p, 0, 0});
-  }
-  const int hidden = config.hidden;
-  std::mt19937_64 rng(opt.seed ^ 0x5EEDu);
-  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  auto random_x = [&](std::int64_t tokens) {
+// Random hidden states for the steps, deterministic in the seed.
+struct InputSource {
+  std::mt19937_64 rng;
+  std::uniform_real_distribution<float> uniform{-1.0f, 1.0f};
+  int hidden = 0;
+  std::vector<float> next(std::int64_t tokens) {
     std::vector<float> x(static_cast<std::size_t>(tokens * hidden));
     for (float& v : x) v = uniform(rng);
     return x;
-  };
+  }
+};
 
+Status run_step(Model& m, const std::vector<StepEntry>& batch, InputSource& inputs, std::int64_t tokens, bool verify,
+                StepStats* stats) {
+  std::vector<float> x = inputs.next(tokens), out(x.size());
+  return m.step(batch, TensorView::contiguous(x.data(), DType::kF32, {tokens, inputs.hidden}),
+                TensorView::contiguous(out.data(), DType::kF32, {tokens, inputs.hidden}), verify, stats);
+}
+
+struct ScenarioResult {
+  int steps = 0;
   std::int64_t prefill_tokens = 0, decode_tokens = 0;
-  std::vector<double> prefill_step_s, decode_step_s;
+  double prefill_s = 0, decode_s = 0;  // model step time (last_timing), split by token share
+  double wall_s = 0;
   StepStats stats;
   std::map<LayerType, double> max_err;
   std::int64_t verified_rows = 0;
-  int step = 0;
+};
+
+// The scenario, one step loop for every backend.
+Expected<ScenarioResult> run_scenario(Model& m, std::vector<RequestProgress>& requests, InputSource& inputs,
+                                      const DemoOptions& opt) {
+  using clock = std::chrono::steady_clock;
+  ScenarioResult result;
+  std::int64_t total_work = 0, done_work = 0;
+  for (const auto& r : requests) total_work += r.prompt + 2 * opt.decode_steps;
   const auto t_start = clock::now();
   while (true) {
     const ScenarioBatch next = next_batch(requests, opt);
     if (next.entries.empty()) break;
     const std::int64_t T = next.prefill_tokens + next.decode_tokens;
-    std::vector<float> x = random_x(T), out(x.size());
-    Status s = m.step(next.entries, TensorView::contiguous(x.data(), DType::kF32, {T, hidden}),
-                      TensorView::contiguous(out.data(), DType::kF32, {T, hidden}), opt.verify, &stats);
-    if (!s.ok()) return fail(s);
+    if (Status s = run_step(m, next.entries, inputs, T, opt.verify, &result.stats); !s.ok()) {
+      if (opt.progress) fmt::print(stderr, "\n");
+      return s;
+    }
     record_progress(requests, next.entries);
-    if (next.prefill_tokens > 0) {
-      prefill_step_s.push_back(m.last_timing().step_s);
-    } else {
-      decode_step_s.push_back(m.last_timing().step_s);
+    const double step_s = m.last_timing().step_s;
+    result.prefill_s += step_s * static_cast<double>(next.prefill_tokens) / static_cast<double>(T);
+    result.decode_s += step_s * static_cast<double>(next.decode_tokens) / static_cast<double>(T);
+    result.prefill_tokens += next.prefill_tokens;
+    result.decode_tokens += next.decode_tokens;
+    done_work += T;
+    for (const LayerCheck& c : result.stats.checks) {
+      result.max_err[c.type] = std::max(result.max_err[c.type], c.max_abs_err);
+      result.verified_rows += c.rows;
     }
-    prefill_tokens += next.prefill_tokens;
-    decode_tokens += next.decode_tokens;
-    for (const LayerCheck& c : stats.checks) {
-      max_err[c.type] = std::max(max_err[c.type], c.max_abs_err);
-      verified_rows += c.rows;
+    result.stats.checks.clear();
+    ++result.steps;
+    if (opt.progress) {
+      print_progress(done_work, total_work, result.steps, std::chrono::duration<double>(clock::now() - t_start).count());
     }
-    stats.checks.clear();
-    ++step;
   }
-  const double scenario_s = std::chrono::duration<double>(clock::now() - t_start).count();
-  fmt::print("\n{} steps, {} tokens in {:.2f}s wall ({:.2f}s of it verification on the host)\n", step,
-             prefill_tokens + decode_tokens, scenario_s, stats.verify_s);
-  double prefill_device_s = 0.0;
-  for (double v : prefill_step_s) prefill_device_s += v;
-  fmt::print("  prefill: {:6d} tokens in {} steps, {:.3f} ms/step device, {:8.1f} tokens/s (device)\n", prefill_tokens,
-             prefill_step_s.size(), mean_of(prefill_step_s) * 1e3,
-             prefill_device_s > 0 ? static_cast<double>(prefill_tokens) / prefill_device_s : 0.0);
-
-  double decode_device_s = 0.0;
-  for (double v : decode_step_s) decode_device_s += v;
-  fmt::print("  decode:  {:6d} tokens in {} steps, {:.3f} ms/step device, {:8.1f} tokens/s (device)\n", decode_tokens,
-             decode_step_s.size(), mean_of(decode_step_s) * 1e3,
-             decode_device_s > 0 ? static_cast<double>(decode_tokens) / decode_device_s : 0.0);
-
-  // Timed decode steps of all requests: eager (no verification), then the graph.
-  const auto R = static_cast<int>(requests.size());
-  std::vector<StepEntry> decode_batch;
-  for (const auto& r : requests) decode_batch.push_back({r.id, 2});
-  const std::int64_t T = 2 * static_cast<std::int64_t>(R);
-  if (T <= opt.chunk_tokens) {
-    std::vector<double> eager_s, eager_wall_s, graph_s, graph_wall_s;
-    StepStats timed_stats;
-    for (int i = 0; i < kTimedSteps; ++i) {
-      std::vector<float> x = random_x(T), out(x.size());
-      const auto t0 = clock::now();
-      Status s = m.step(decode_batch, TensorView::contiguous(x.data(), DType::kF32, {T, hidden}),
-                        TensorView::contiguous(out.data(), DType::kF32, {T, hidden}), false, &timed_stats);
-      if (!s.ok()) return fail(s);
-      eager_wall_s.push_back(std::chrono::duration<double>(clock::now() - t0).count());
-      eager_s.push_back(m.last_timing().step_s);
-    }
-    if (Status s = m.capture_decode_graph(R); !s.ok()) return fail(s);
-    for (int i = 0; i < kTimedSteps; ++i) {
-      std::vector<float> x = random_x(T), out(x.size());
-      const auto t0 = clock::now();
-      Status s = m.replay_decode_graph(decode_batch, TensorView::contiguous(x.data(), DType::kF32, {T, hidden}),
-                                       TensorView::contiguous(out.data(), DType::kF32, {T, hidden}));
-      if (!s.ok()) return fail(s);
-      graph_wall_s.push_back(std::chrono::duration<double>(clock::now() - t0).count());
-      graph_s.push_back(m.last_timing().step_s);
-    }
-    // The first eager step after the scenario may still warm caches: drop it.
-    eager_s.erase(eager_s.begin());
-    eager_wall_s.erase(eager_wall_s.begin());
-    graph_s.erase(graph_s.begin());
-    graph_wall_s.erase(graph_wall_s.begin());
-    fmt::print("decode step ({} requests x 2 tokens, mean of {} steps):\n", R, kTimedSteps - 1);
-    fmt::print("  eager:          {:8.3f} ms device  {:8.3f} ms wall  {:9.1f} tokens/s (device)\n",
-               mean_of(eager_s) * 1e3, mean_of(eager_wall_s) * 1e3, static_cast<double>(T) / mean_of(eager_s));
-    fmt::print("  graph replay:   {:8.3f} ms device  {:8.3f} ms wall  {:9.1f} tokens/s (device)\n",
-               mean_of(graph_s) * 1e3, mean_of(graph_wall_s) * 1e3, static_cast<double>(T) / mean_of(graph_s));
-    fmt::print("phases of the eager decode steps (all layers, device):\n");
-    for (const auto& [name, seconds] : {std::pair{"projections (cuBLASLt)", timed_stats.projection_s},
-                                        std::pair{"q/kv prep + compressors", timed_stats.cache_write_s},
-                                        std::pair{"metadata + indexer + transforms", timed_stats.indexer_s},
-                                        std::pair{"sparse attention", timed_stats.attention_s},
-                                        std::pair{"output projection + residual", timed_stats.output_s}}) {
-      fmt::print("  {:34s} {:8.3f} ms/step\n", name, seconds * 1e3 / kTimedSteps);
-    }
-  } else {
-    fmt::print("decode timing skipped: {} requests x 2 tokens exceed the {} token budget\n", R, opt.chunk_tokens);
-  }
-  const double mib = 1024.0 * 1024.0;
-  fmt::print("KV cache: {:.2f} MiB used of {:.2f} MiB reserved on the device ({} layers, SWA + compressed + indexer keys)\n",
-             static_cast<double>(m.kv_cache_bytes_used()) / mib, static_cast<double>(m.kv_cache_bytes_reserved()) / mib,
-             config.compress_ratios.size());
-  return report_verification(opt, verified_rows, max_err);
+  if (opt.progress) fmt::print(stderr, "\n");
+  result.wall_s = std::chrono::duration<double>(clock::now() - t_start).count();
+  return result;
 }
 
-int run_demo(const DemoOptions& opt) {
-  using clock = std::chrono::steady_clock;
-  auto fail = [](const Status& s) {
-    fmt::print(stderr, "smla demo: {}\n", s.to_string());
-    return s.code() == StatusCode::kInvalidArgument || s.code() == StatusCode::kOutOfRange ? 2 : 1;
-  };
-  auto backend = parse_backend(opt.backend);
-  if (!backend) return fail(backend.status());
-  auto format = parse_kv_format(opt.kv_format);
-  if (!format) return fail(format.status());
-  auto prompts = parse_prompts(opt.prompts);
-  if (!prompts) return fail(prompts.status());
-  auto config = ModelConfig::preset(opt.model, opt.layers);
-  if (!config) return fail(config.status());
-  if (opt.index_topk > 0) config->index_topk = opt.index_topk;
-  if (opt.chunk_tokens < 2) return fail(invalid_argument("--chunk", "at least 2 tokens", std::to_string(opt.chunk_tokens)));
-  if (opt.decode_steps < 0) return fail(invalid_argument("--decode-steps", ">= 0", std::to_string(opt.decode_steps)));
-  if (opt.index_topk < 0) return fail(invalid_argument("--index-topk", ">= 0 (0: the model's)", std::to_string(opt.index_topk)));
-  if (!(std::isfinite(opt.tolerance) && opt.tolerance >= 0)) {
-    return fail(invalid_argument("--tolerance", "a finite value >= 0", fmt::format("{}", opt.tolerance)));
+void print_phases(const char* title, const StepStats& stats, double divisor, const char* unit) {
+  fmt::print("{}\n", title);
+  for (const auto& [name, seconds] : {std::pair{"projections (GEMM)", stats.projection_s},
+                                      std::pair{"q/kv prep + compressors", stats.cache_write_s},
+                                      std::pair{"metadata + indexer + transforms", stats.indexer_s},
+                                      std::pair{"sparse attention", stats.attention_s},
+                                      std::pair{"output projection + residual", stats.output_s}}) {
+    fmt::print("  {:34s} {:8.3f} {}\n", name, seconds / divisor, unit);
   }
+}
 
+void print_scenario(const ScenarioResult& r, std::size_t requests, const DemoOptions& opt) {
+  auto rate = [](std::int64_t tokens, double s) { return s > 0 ? static_cast<double>(tokens) / s : 0.0; };
+  const double step_s = r.prefill_s + r.decode_s;
+  fmt::print("\n{} steps, {} tokens in {:.2f}s wall ({:.2f}s of it verification on the host)\n", r.steps,
+             r.prefill_tokens + r.decode_tokens, r.wall_s, r.stats.verify_s);
+  fmt::print("  prefill: {:6d} tokens  {:8.1f} tokens/s\n", r.prefill_tokens, rate(r.prefill_tokens, r.prefill_s));
+  fmt::print("  decode:  {:6d} tokens  {:8.1f} tokens/s ({} requests x {} steps x 2 tokens)\n", r.decode_tokens,
+             rate(r.decode_tokens, r.decode_s), requests, opt.decode_steps);
+  fmt::print("  overall: {:8.1f} tokens/s (step time: {:.3f}s)\n", rate(r.prefill_tokens + r.decode_tokens, step_s),
+             step_s);
+  print_phases("phases (all layers, all steps):", r.stats, 1.0, "s");
+  fmt::print("  {:34s} {:8.3f} s\n", "verification (float64 reference)", r.stats.verify_s);
+}
+
+// Timed decode steps of all requests, eager then replayed from a whole-step
+// CUDA graph (backends with graphs only).
+Status run_timed_decodes(Model& m, const std::vector<RequestProgress>& requests, InputSource& inputs,
+                         const DemoOptions& opt, int steps) {
+  using clock = std::chrono::steady_clock;
+  const auto R = static_cast<int>(requests.size());
+  std::vector<StepEntry> batch;
+  for (const auto& r : requests) batch.push_back({r.id, 2});
+  const std::int64_t T = 2 * static_cast<std::int64_t>(R);
+  if (T > opt.chunk_tokens) {
+    fmt::print("decode timing skipped: {} requests x 2 tokens exceed the {} token budget\n", R, opt.chunk_tokens);
+    return Status::Ok();
+  }
+  std::vector<double> eager_s, eager_wall_s, graph_s, graph_wall_s;
+  StepStats stats;
+  for (int i = 0; i < steps; ++i) {
+    const auto t0 = clock::now();
+    SMLA_RETURN_IF_ERROR(run_step(m, batch, inputs, T, false, &stats));
+    eager_wall_s.push_back(std::chrono::duration<double>(clock::now() - t0).count());
+    eager_s.push_back(m.last_timing().step_s);
+  }
+  SMLA_RETURN_IF_ERROR(m.capture_decode_graph(R));
+  for (int i = 0; i < steps; ++i) {
+    std::vector<float> x = inputs.next(T), out(x.size());
+    const auto t0 = clock::now();
+    SMLA_RETURN_IF_ERROR(m.replay_decode_graph(batch, TensorView::contiguous(x.data(), DType::kF32, {T, inputs.hidden}),
+                                               TensorView::contiguous(out.data(), DType::kF32, {T, inputs.hidden})));
+    graph_wall_s.push_back(std::chrono::duration<double>(clock::now() - t0).count());
+    graph_s.push_back(m.last_timing().step_s);
+  }
+  // The first step of each kind may still warm caches: drop it.
+  for (auto* v : {&eager_s, &eager_wall_s, &graph_s, &graph_wall_s}) v->erase(v->begin());
+  fmt::print("decode step ({} requests x 2 tokens, mean of {} steps):\n", R, steps - 1);
+  fmt::print("  eager:          {:8.3f} ms device  {:8.3f} ms wall  {:9.1f} tokens/s (device)\n", mean_of(eager_s) * 1e3,
+             mean_of(eager_wall_s) * 1e3, static_cast<double>(T) / mean_of(eager_s));
+  fmt::print("  graph replay:   {:8.3f} ms device  {:8.3f} ms wall  {:9.1f} tokens/s (device)\n", mean_of(graph_s) * 1e3,
+             mean_of(graph_wall_s) * 1e3, static_cast<double>(T) / mean_of(graph_s));
+  print_phases("phases of the eager decode steps (all layers, device):", stats, steps / 1e3, "ms/step");
+  return Status::Ok();
+}
+
+// The options checked and turned into the model's configuration.
+Expected<std::pair<ModelConfig, ModelOptions>> demo_setup(const DemoOptions& opt, std::vector<std::int64_t>* prompts) {
+  auto format = parse_kv_format(opt.kv_format);
+  if (!format) return format.status();
+  auto parsed = parse_prompts(opt.prompts);
+  if (!parsed) return parsed.status();
+  *prompts = *parsed;
+  auto config = ModelConfig::preset(opt.model, opt.layers);
+  if (!config) return config.status();
+  if (opt.index_topk > 0) config->index_topk = opt.index_topk;
+  if (opt.chunk_tokens < 2) return invalid_argument("--chunk", "at least 2 tokens", std::to_string(opt.chunk_tokens));
+  if (opt.decode_steps < 0) return invalid_argument("--decode-steps", ">= 0", std::to_string(opt.decode_steps));
+  if (opt.index_topk < 0) return invalid_argument("--index-topk", ">= 0 (0: the model's)", std::to_string(opt.index_topk));
+  if (!(std::isfinite(opt.tolerance) && opt.tolerance >= 0)) {
+    return invalid_argument("--tolerance", "a finite value >= 0", fmt::format("{}", opt.tolerance));
+  }
   ModelOptions model_options;
   model_options.kv_format = *format;
   model_options.max_requests = static_cast<int>(prompts->size());
@@ -311,103 +304,54 @@ int run_demo(const DemoOptions& opt) {
   model_options.max_batched_tokens = opt.chunk_tokens;
   model_options.num_speculative_tokens = 1;
   model_options.seed = opt.seed;
+  return std::pair{*config, model_options};
+}
 
+int run_demo(const DemoOptions& opt) {
+  using clock = std::chrono::steady_clock;
+  constexpr int kTimedSteps = 8;  // cuda: extra decode steps of every request, eager and graph-replayed
+  auto backend = parse_backend(opt.backend);
+  if (!backend) return fail_with(backend.status());
+  std::vector<std::int64_t> prompts;
+  auto setup = demo_setup(opt, &prompts);
+  if (!setup) return fail_with(setup.status());
+  auto& [config, model_options] = *setup;
   const Backend resolved = resolve_backend(*backend);
-  fmt::print("smla demo: model {} ({} layers:", config->name, config->compress_ratios.size());
-  for (int r : config->compress_ratios) fmt::print(" {}", layer_type_name(static_cast<LayerType>(r)));
-  fmt::print("), hidden {}, {} heads, top-k {}, window {}\n", config->hidden, config->num_heads, config->index_topk,
-             config->window);
+  const bool timed_decodes = resolved == Backend::kCuda;
+  if (timed_decodes) model_options.max_model_len += 2 * 2 * kTimedSteps;
+  fmt::print("smla demo: model {} ({} layers:", config.name, config.compress_ratios.size());
+  for (int r : config.compress_ratios) fmt::print(" {}", layer_type_name(static_cast<LayerType>(r)));
+  fmt::print("), hidden {}, {} heads, top-k {}, window {}\n", config.hidden, config.num_heads, config.index_topk,
+             config.window);
   fmt::print("  backend {}, kv format {}, {} requests (prompts {}), chunk {} tokens, {} MTP decode steps (s_q = 2)\n",
-             backend_name(resolved), kv_format_name(*format), prompts->size(), opt.prompts, opt.chunk_tokens,
-             opt.decode_steps);
-  if (resolved == Backend::kCuda) return run_cuda_demo(opt, *config, model_options, *prompts);
+             backend_name(resolved), kv_format_name(model_options.kv_format), prompts.size(), opt.prompts,
+             opt.chunk_tokens, opt.decode_steps);
 
   const auto t_load = clock::now();
-  auto model = Model::create(*config, model_options);
-  if (!model) return fail(model.status());
-  const double load_s = std::chrono::duration<double>(clock::now() - t_load).count();
-  fmt::print("  synthetic weights (seed {}) and caches ready in {:.2f}s\n", opt.seed, load_s);
-
+  auto model = Model::create(config, model_options, resolved);
+  if (!model) return fail_with(model.status());
+  Model& m = **model;
+  fmt::print("  synthetic weights (seed {}) and caches ready in {:.2f}s\n", opt.seed,
+             std::chrono::duration<double>(clock::now() - t_load).count());
   std::vector<RequestProgress> requests;
-  for (auto p : *prompts) {
-    auto id = (*model)->add_request();
-    if (!id) return fail(id.status());
+  for (auto p : prompts) {
+    auto id = m.add_request();
+    if (!id) return fail_with(id.status());
     requests.push_back(RequestProgress{*id, p, 0, 0});
   }
-  const int hidden = config->hidden;
-  std::mt19937_64 rng(opt.seed ^ 0x5EEDu);
-  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-
-  std::int64_t total_work = 0;
-  for (const auto& r : requests) total_work += r.prompt + 2 * opt.decode_steps;
-  std::int64_t done_work = 0, prefill_tokens = 0, decode_tokens = 0;
-  double prefill_s = 0, decode_s = 0;
-  StepStats stats;
-  std::map<LayerType, double> max_err;
-  std::int64_t verified_rows = 0;
-  int step = 0;
-  const auto t_start = clock::now();
-  while (true) {
-    const ScenarioBatch next = next_batch(requests, opt);
-    const std::vector<StepEntry>& batch = next.entries;
-    const std::int64_t step_prefill = next.prefill_tokens, step_decode = next.decode_tokens;
-    if (batch.empty()) break;
-    const std::int64_t T = step_prefill + step_decode;
-    std::vector<float> x(static_cast<std::size_t>(T * hidden)), out(x.size());
-    for (float& v : x) v = uniform(rng);
-    const auto t_step = clock::now();
-    Status s = (*model)->step(batch, TensorView::contiguous(x.data(), DType::kF32, {T, hidden}),
-                              TensorView::contiguous(out.data(), DType::kF32, {T, hidden}), *backend, opt.verify,
-                              &stats);
-    if (!s.ok()) {
-      if (opt.progress) fmt::print(stderr, "\n");
-      return fail(s);
-    }
-    const double step_s = std::chrono::duration<double>(clock::now() - t_step).count();
-    record_progress(requests, batch);
-    // Attribute the step's time to the phases by token share.
-    prefill_s += step_s * static_cast<double>(step_prefill) / static_cast<double>(T);
-    decode_s += step_s * static_cast<double>(step_decode) / static_cast<double>(T);
-    prefill_tokens += step_prefill;
-    decode_tokens += step_decode;
-    done_work += T;
-    for (const LayerCheck& c : stats.checks) {
-      max_err[c.type] = std::max(max_err[c.type], c.max_abs_err);
-      verified_rows += c.rows;
-    }
-    stats.checks.clear();
-    ++step;
-    if (opt.progress) {
-      print_progress(done_work, total_work, step, std::chrono::duration<double>(clock::now() - t_start).count());
-    }
-  }
-  if (opt.progress) fmt::print(stderr, "\n");
-  const double total_s = std::chrono::duration<double>(clock::now() - t_start).count();
-  const double verify_s = stats.verify_s;
-  const double serve_s = total_s - verify_s;
-
-  fmt::print("\n{} steps, {} tokens in {:.2f}s ({:.2f}s serving + {:.2f}s verification)\n", step,
-             prefill_tokens + decode_tokens, total_s, serve_s, verify_s);
-  fmt::print("  prefill: {:6d} tokens  {:8.1f} tokens/s\n", prefill_tokens,
-             prefill_s > 0 ? static_cast<double>(prefill_tokens) / (prefill_s * serve_s / total_s) : 0.0);
-  fmt::print("  decode:  {:6d} tokens  {:8.1f} tokens/s ({} requests x {} steps x 2 tokens)\n", decode_tokens,
-             decode_s > 0 ? static_cast<double>(decode_tokens) / (decode_s * serve_s / total_s) : 0.0,
-             requests.size(), opt.decode_steps);
-  fmt::print("  overall: {:8.1f} tokens/s\n", static_cast<double>(prefill_tokens + decode_tokens) / serve_s);
-  fmt::print("phases (all layers, all steps):\n");
-  for (const auto& [name, seconds] : {std::pair{"projections (BLAS)", stats.projection_s},
-                                      std::pair{"q/kv prep + compressors", stats.cache_write_s},
-                                      std::pair{"indexer + index transforms", stats.indexer_s},
-                                      std::pair{"sparse attention", stats.attention_s},
-                                      std::pair{"output projection + residual", stats.output_s},
-                                      std::pair{"verification (float64 reference)", verify_s}}) {
-    fmt::print("  {:34s} {:8.3f}s\n", name, seconds);
+  InputSource inputs{.rng = std::mt19937_64(opt.seed ^ 0x5EEDu), .hidden = config.hidden};
+  auto result = run_scenario(m, requests, inputs, opt);
+  if (!result) return fail_with(result.status());
+  print_scenario(*result, requests.size(), opt);
+  if (timed_decodes) {
+    if (Status s = run_timed_decodes(m, requests, inputs, opt, kTimedSteps); !s.ok()) return fail_with(s);
   }
   const double mib = 1024.0 * 1024.0;
-  fmt::print("KV cache: {:.2f} MiB used of {:.2f} MiB reserved ({} layers, SWA + compressed + indexer keys)\n",
-             static_cast<double>((*model)->kv_cache_bytes_used()) / mib,
-             static_cast<double>((*model)->kv_cache_bytes_reserved()) / mib, config->compress_ratios.size());
-  return report_verification(opt, verified_rows, max_err);
+  fmt::print("KV cache: {:.2f} MiB used of {:.2f} MiB reserved in {} memory ({} layers, SWA + compressed + indexer "
+             "keys)\n",
+             static_cast<double>(m.kv_cache_bytes_used()) / mib, static_cast<double>(m.kv_cache_bytes_reserved()) / mib,
+             backend_name(resolved), config.compress_ratios.size());
+  return report_verification(opt, result->verified_rows, result->max_err);
 }
 
 }  // namespace

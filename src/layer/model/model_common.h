@@ -1,5 +1,5 @@
-// Internal: the setup checks and host-side page bookkeeping shared by the CPU
-// runner (Model) and the GPU runner (CudaModel).
+// Internal: the setup checks and host-side page bookkeeping of smla::Model
+// (the same on every backend, so models fed the same calls hold the same pages).
 #pragma once
 
 #include <fmt/format.h>
@@ -16,7 +16,7 @@ inline constexpr int kModelSwaPage = 64;        // tokens per sliding-window pag
 inline constexpr int kModelLogicalBlock = 256;  // tokens per logical block of the compressed groups
 
 // Checks the setup (positive sizes, o_groups dividing num_heads, a 512-dim V4
-// KV format, positive limits) and returns the step configuration both runners use.
+// KV format, positive limits) and returns the step configuration of the model.
 Expected<StepConfig> model_step_config(const ModelConfig& config, const ModelOptions& options);
 
 // A pool of page ids shared by the caches of one group (every layer of the

@@ -1,7 +1,5 @@
 #include "src/layer/model/model_weights.h"
 
-#include <cblas.h>
-
 #include <cmath>
 
 #include "smla/compressor.h"
@@ -71,30 +69,6 @@ LayerWeights make_layer_weights(const ModelConfig& c, int layer, std::uint64_t s
                        1.0f / std::sqrt(static_cast<float>(group_width)), 0.0f, rng);
   w.wo_b = matrix(c.hidden, static_cast<std::int64_t>(c.o_groups) * c.o_lora_rank, rng);
   return w;
-}
-
-void linear(const float* in, std::int64_t rows, const Matrix& m, float* out, bool row_stable) {
-  if (rows == 0) return;
-  if (row_stable) {
-    for (std::int64_t r = 0; r < rows; ++r) {
-      cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(m.rows), static_cast<int>(m.cols), 1.0f,
-                  m.values.data(), static_cast<int>(m.cols), in + r * m.cols, 1, 0.0f, out + r * m.rows, 1);
-    }
-    return;
-  }
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows), static_cast<int>(m.rows),
-              static_cast<int>(m.cols), 1.0f, in, static_cast<int>(m.cols), m.values.data(), static_cast<int>(m.cols),
-              0.0f, out, static_cast<int>(m.rows));
-}
-
-void rms_norm_rows(float* x, std::int64_t rows, std::int64_t width, const float* weight, float eps) {
-  for (std::int64_t r = 0; r < rows; ++r) {
-    float* row = x + r * width;
-    double sum_squares = 0.0;
-    for (std::int64_t i = 0; i < width; ++i) sum_squares += static_cast<double>(row[i]) * row[i];
-    const float scale = static_cast<float>(1.0 / std::sqrt(sum_squares / static_cast<double>(width) + eps));
-    for (std::int64_t i = 0; i < width; ++i) row[i] *= scale * (weight ? weight[i] : 1.0f);
-  }
 }
 
 }  // namespace smla::model_detail

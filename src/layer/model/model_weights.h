@@ -1,4 +1,4 @@
-// Internal: synthetic per-layer weights and the small dense helpers of the runner.
+// Internal: synthetic per-layer weights of smla::Model.
 #pragma once
 
 #include <cstdint>
@@ -34,11 +34,5 @@ struct LayerWeights {
 // Seeded synthetic weights: values uniform in +-1/sqrt(fan_in), rounded to
 // bf16 (the storage type) and converted to f32 once.
 LayerWeights make_layer_weights(const ModelConfig& config, int layer, std::uint64_t seed);
-
-// out[rows, m.rows] = in[rows, m.cols] . m^T: one OpenBLAS sgemm, or with
-// row_stable one sgemv per row (bit-identical however rows are batched).
-void linear(const float* in, std::int64_t rows, const Matrix& m, float* out, bool row_stable);
-// In-place RMSNorm of each row of width `width`; weight may be nullptr (weight-free).
-void rms_norm_rows(float* x, std::int64_t rows, std::int64_t width, const float* weight, float eps);
 
 }  // namespace smla::model_detail

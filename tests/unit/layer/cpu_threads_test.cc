@@ -76,8 +76,7 @@ ModelRun run_tiny_model(std::uint64_t seed) {
     std::vector<float> x(static_cast<std::size_t>(tokens * hidden)), out(x.size(), layer_test::kNaN);
     layer_test::fill_uniform(x, rng, -1.0f, 1.0f);
     EXPECT_TRUE(IsOk(m.step(batch, TensorView::contiguous(x.data(), DType::kF32, {tokens, hidden}),
-                            TensorView::contiguous(out.data(), DType::kF32, {tokens, hidden}), Backend::kCpu, false,
-                            &stats)));
+                            TensorView::contiguous(out.data(), DType::kF32, {tokens, hidden}), false, &stats)));
     result.out.insert(result.out.end(), out.begin(), out.end());
   };
   step({{*a, 150}, {*b, 40}}, 190);

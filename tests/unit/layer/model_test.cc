@@ -2,7 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <tuple>
+#include <utility>
 
 #include "smla/model.h"
 #include "tests/common/test_common.h"
@@ -24,10 +24,10 @@ ModelOptions tiny_options(std::uint64_t seed) {
   return o;
 }
 
-std::unique_ptr<Model> tiny_model(std::uint64_t seed) {
+std::unique_ptr<Model> tiny_model(std::uint64_t seed, Backend backend = Backend::kCpu) {
   auto config = ModelConfig::preset("tiny", 3);
   EXPECT_TRUE(IsOk(config.status()));
-  auto model = Model::create(*config, tiny_options(seed));
+  auto model = Model::create(*config, tiny_options(seed), backend);
   EXPECT_TRUE(IsOk(model.status()));
   return model ? std::move(*model) : nullptr;
 }
@@ -46,8 +46,7 @@ Status run(Model& model, int request, std::vector<float>& x, std::int64_t begin,
   std::vector<float> out(static_cast<std::size_t>((end - begin) * hidden));
   return model.step({{request, static_cast<int>(end - begin)}},
                     TensorView::contiguous(x.data() + begin * hidden, DType::kF32, {end - begin, hidden}),
-                    TensorView::contiguous(out.data(), DType::kF32, {end - begin, hidden}), Backend::kCpu, verify,
-                    stats);
+                    TensorView::contiguous(out.data(), DType::kF32, {end - begin, hidden}), verify, stats);
 }
 
 // 140 tokens: windows of 32 slide, the indexer selects 16 of up to 35 entries,
@@ -99,7 +98,7 @@ TEST(ModelTest, MtpDecodeStepsAgreeWithTheReference) {
     auto x = prompt(4, hidden, seed + 10 + static_cast<std::uint64_t>(step));
     std::vector<float> out(static_cast<std::size_t>(4 * hidden), layer_test::kNaN);
     ASSERT_TRUE(IsOk(model->step({{*a, 2}, {*b, 2}}, TensorView::contiguous(x.data(), DType::kF32, {4, hidden}),
-                                 TensorView::contiguous(out.data(), DType::kF32, {4, hidden}), Backend::kCpu, true,
+                                 TensorView::contiguous(out.data(), DType::kF32, {4, hidden}), true,
                                  &stats)));
     for (float v : out) ASSERT_TRUE(std::isfinite(v));
   }
@@ -122,32 +121,43 @@ TEST(ModelTest, MtpDecodeStepsAgreeWithTheReference) {
 TEST(ModelTest, ReferenceAndCpuBackendsAgree) {
   const auto seed = testing::test_seed();
   SMLA_SEED_TRACE(seed);
-  auto cpu = tiny_model(seed);
-  auto ref = tiny_model(seed);
+  auto cpu = tiny_model(seed, Backend::kCpu);
+  auto ref = tiny_model(seed, Backend::kReference);
   ASSERT_TRUE(cpu && ref);
   const int hidden = cpu->config().hidden;
   auto x = prompt(60, hidden, seed + 3);
   std::vector<float> out_cpu(x.size(), layer_test::kNaN), out_ref(x.size(), layer_test::kNaN);
   StepStats stats;
-  for (auto [model, out, backend] : {std::tuple{cpu.get(), &out_cpu, Backend::kCpu},
-                                     std::tuple{ref.get(), &out_ref, Backend::kReference}}) {
+  EXPECT_EQ(cpu->backend(), Backend::kCpu);
+  EXPECT_EQ(ref->backend(), Backend::kReference);
+  for (auto [model, out] : {std::pair{cpu.get(), &out_cpu}, std::pair{ref.get(), &out_ref}}) {
     auto id = model->add_request();
     ASSERT_TRUE(id.ok());
     ASSERT_TRUE(IsOk(model->step({{*id, 60}}, TensorView::contiguous(x.data(), DType::kF32, {60, hidden}),
-                                 TensorView::contiguous(out->data(), DType::kF32, {60, hidden}), backend, false,
-                                 &stats)));
+                                 TensorView::contiguous(out->data(), DType::kF32, {60, hidden}), false, &stats)));
+    EXPECT_GT(model->last_timing().step_s, 0.0);
   }
   double max_err = 0.0;
   for (std::size_t i = 0; i < x.size(); ++i) max_err = std::max(max_err, std::fabs(double{out_cpu[i]} - out_ref[i]));
   EXPECT_LT(max_err, 0.05);  // normalized hidden states; bf16 roundings of q, kv and o differ by an ulp at most
 
-  auto cuda = tiny_model(seed);
-  auto id = cuda->add_request();
+  // Both models hold the same pages, so their caches line up byte for byte in size.
+  for (int l = 0; l < 3; ++l) EXPECT_EQ(cpu->layer_cache_bytes(l).size(), ref->layer_cache_bytes(l).size());
+}
+
+TEST(ModelTest, DecodeGraphsAreUnimplementedOnHostBackends) {
+  auto model = tiny_model(7);
+  ASSERT_NE(model, nullptr);
+  auto id = model->add_request();
   ASSERT_TRUE(id.ok());
-  EXPECT_TRUE(FailsWith(cuda->step({{*id, 60}}, TensorView::contiguous(x.data(), DType::kF32, {60, hidden}),
-                                   TensorView::contiguous(out_cpu.data(), DType::kF32, {60, hidden}), Backend::kCuda,
-                                   false, &stats),
-                        StatusCode::kUnimplemented, {"cuda"}));
+  const int hidden = model->config().hidden;
+  std::vector<float> x(static_cast<std::size_t>(2 * hidden)), out(x.size());
+  EXPECT_TRUE(FailsWith(model->capture_decode_graph(1), StatusCode::kUnimplemented, {"cuda", "cpu"}));
+  EXPECT_TRUE(FailsWith(model->replay_decode_graph({{*id, 2}}, TensorView::contiguous(x.data(), DType::kF32, {2, hidden}),
+                                                   TensorView::contiguous(out.data(), DType::kF32, {2, hidden})),
+                        StatusCode::kUnimplemented, {"cuda", "cpu"}));
+  EXPECT_EQ(model->decode_graph_requests(), 0);
+  EXPECT_EQ(model->seq_len(*id), 0);
 }
 
 TEST(ModelTest, RejectsBadBatches) {
@@ -160,11 +170,11 @@ TEST(ModelTest, RejectsBadBatches) {
   auto xv = TensorView::contiguous(x.data(), DType::kF32, {2, hidden});
   auto ov = TensorView::contiguous(out.data(), DType::kF32, {2, hidden});
   StepStats stats;
-  EXPECT_TRUE(FailsWith(model->step({{7, 2}}, xv, ov, Backend::kCpu, false, &stats), StatusCode::kInvalidArgument,
+  EXPECT_TRUE(FailsWith(model->step({{7, 2}}, xv, ov, false, &stats), StatusCode::kInvalidArgument,
                         {"batch[0].request"}));
-  EXPECT_TRUE(FailsWith(model->step({{*id, 3}}, xv, ov, Backend::kCpu, false, &stats), StatusCode::kInvalidArgument,
+  EXPECT_TRUE(FailsWith(model->step({{*id, 3}}, xv, ov, false, &stats), StatusCode::kInvalidArgument,
                         {"x", "[3, 256]"}));
-  EXPECT_TRUE(FailsWith(model->step({{*id, 300}}, xv, ov, Backend::kCpu, false, &stats), StatusCode::kOutOfRange,
+  EXPECT_TRUE(FailsWith(model->step({{*id, 300}}, xv, ov, false, &stats), StatusCode::kOutOfRange,
                         {"query_len"}));
   EXPECT_EQ(model->seq_len(*id), 0);
   EXPECT_FALSE(ModelConfig::preset("v5", 3).ok());

@@ -14,7 +14,7 @@ constexpr int kNormThreads = 256;
 Status launch_status(const char* kernel) {
   const cudaError_t error = cudaGetLastError();
   if (error == cudaSuccess) return Status::Ok();
-  return internal_error(std::string("CudaModel: launching ") + kernel + " failed: " + cudaGetErrorString(error));
+  return internal_error(std::string("Model (cuda): launching ") + kernel + " failed: " + cudaGetErrorString(error));
 }
 
 __global__ void row_norm_kernel(RowNormParams p) {
@@ -47,17 +47,8 @@ __global__ void row_norm_kernel(RowNormParams p) {
 __global__ void state_slots_kernel(StateSlotParams p) {
   const std::int64_t t = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (t >= p.tokens) return;
-  const std::int32_t req = p.token_to_req[t];
-  const std::int64_t pos = p.positions[t];
-  const bool valid = p.is_valid[t] != 0 && req >= 0 && pos >= 0;
   for (const auto& g : p.groups) {
-    if (g.slots == nullptr) continue;
-    std::int64_t slot = -1;
-    if (valid && req < g.rows && pos / g.block_size < g.cols) {
-      const std::int32_t block = g.table[req * g.cols + pos / g.block_size];
-      if (block >= 0) slot = static_cast<std::int64_t>(block) * g.block_size + pos % g.block_size;
-    }
-    g.slots[t] = slot;
+    if (g.slots != nullptr) g.slots[t] = state_slot(p, g, t);
   }
 }
 

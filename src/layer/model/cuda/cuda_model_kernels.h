@@ -1,4 +1,4 @@
-// Internal: the small element-wise kernels of the CUDA step runner (the ops
+// Internal: the small element-wise kernels of smla::Model on cuda (the ops
 // with a public home live in smla/layer.h, smla/attention.h and
 // smla/metadata.h). Launchers enqueue on `stream`, never synchronize and
 // return the launch error as a Status.
@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "smla/numeric.h"
 #include "smla/status.h"
 
 namespace smla::cuda_model {
@@ -45,5 +46,14 @@ struct StateSlotParams {
   } groups[2];
 };
 Status launch_state_slots(const StateSlotParams& params, void* stream);
+
+// Token t's slot in one group (the rule above), for the kernel and the host loop.
+SMLA_HOST_DEVICE std::int64_t state_slot(const StateSlotParams& p, const StateSlotParams::Group& g, std::int64_t t) {
+  const std::int32_t req = p.token_to_req[t];
+  const std::int64_t pos = p.positions[t];
+  if (p.is_valid[t] == 0 || req < 0 || pos < 0 || req >= g.rows || pos / g.block_size >= g.cols) return -1;
+  const std::int32_t block = g.table[req * g.cols + pos / g.block_size];
+  return block >= 0 ? static_cast<std::int64_t>(block) * g.block_size + pos % g.block_size : -1;
+}
 
 }  // namespace smla::cuda_model
