@@ -1,5 +1,5 @@
 // The model step's small ops: host implementations and the one backend dispatch.
-#include "src/layer/model/model_kernels.h"
+#include "src/runtime/model/model_kernels.h"
 
 #include <cblas.h>
 #include <fmt/format.h>

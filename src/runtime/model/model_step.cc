@@ -10,7 +10,7 @@
 #include "smla/attention.h"
 #include "smla/metadata.h"
 #include "smla/numeric.h"
-#include "src/layer/model/model_impl.h"
+#include "src/runtime/model/model_impl.h"
 
 namespace smla {
 

@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "src/layer/model/model_memory.h"
+#include "src/runtime/model/model_memory.h"
 
 namespace smla::model_detail {
 namespace {

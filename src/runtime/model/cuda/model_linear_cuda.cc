@@ -1,6 +1,6 @@
 // The model's projections GEMM on cuda: cuBLASLt, bf16 operands, f32 out.
 #include "src/cuda/cublaslt_gemm.h"
-#include "src/layer/model/model_kernels.h"
+#include "src/runtime/model/model_kernels.h"
 
 namespace smla::model_detail {
 

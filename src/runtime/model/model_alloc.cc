@@ -8,9 +8,9 @@
 #include "smla/compressor.h"
 #include "smla/indexer.h"
 #include "smla/numeric.h"
-#include "src/layer/model/model_impl.h"
-#include "src/layer/model/model_kernels.h"
-#include "src/layer/model/model_weights.h"
+#include "src/runtime/model/model_impl.h"
+#include "src/runtime/model/model_kernels.h"
+#include "src/runtime/model/model_weights.h"
 
 namespace smla {
 

@@ -18,8 +18,8 @@
 #include "smla/metadata.h"
 #include "smla/model.h"
 #include "smla/rope.h"
-#include "src/layer/model/model_common.h"
-#include "src/layer/model/model_memory.h"
+#include "src/runtime/model/model_common.h"
+#include "src/runtime/model/model_memory.h"
 
 namespace smla::model_detail {
 

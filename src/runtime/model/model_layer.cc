@@ -11,8 +11,8 @@
 #include "smla/indexer.h"
 #include "smla/layer.h"
 #include "smla/metadata.h"
-#include "src/layer/model/model_impl.h"
-#include "src/layer/model/model_kernels.h"
+#include "src/runtime/model/model_impl.h"
+#include "src/runtime/model/model_kernels.h"
 
 namespace smla {
 

@@ -1,4 +1,4 @@
-#include "src/layer/model/model_weights.h"
+#include "src/runtime/model/model_weights.h"
 
 #include <cmath>
 

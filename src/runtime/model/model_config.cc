@@ -2,7 +2,7 @@
 #include <fmt/format.h>
 
 #include "smla/model.h"
-#include "src/layer/model/model_common.h"
+#include "src/runtime/model/model_common.h"
 
 namespace smla {
 

@@ -6,8 +6,8 @@
 #include <fmt/format.h>
 
 #include "smla/compressor.h"
-#include "src/layer/model/model_impl.h"
-#include "src/layer/model/model_kernels.h"
+#include "src/runtime/model/model_impl.h"
+#include "src/runtime/model/model_kernels.h"
 
 namespace smla {
 

@@ -4,7 +4,7 @@
 #include <string>
 
 #include "smla/numeric.h"
-#include "src/layer/model/cuda/cuda_model_kernels.h"
+#include "src/runtime/model/cuda/cuda_model_kernels.h"
 
 namespace smla::cuda_model {
 namespace {

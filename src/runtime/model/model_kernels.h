@@ -11,7 +11,7 @@
 #include "smla/context.h"
 #include "smla/dtype.h"
 #include "smla/status.h"
-#include "src/layer/model/cuda/cuda_model_kernels.h"
+#include "src/runtime/model/cuda/cuda_model_kernels.h"
 
 namespace smla::model_detail {
 

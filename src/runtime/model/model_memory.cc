@@ -1,5 +1,5 @@
 // The host memory of smla::Model and the one place a backend picks its memory.
-#include "src/layer/model/model_memory.h"
+#include "src/runtime/model/model_memory.h"
 
 #include <fmt/format.h>
 
