@@ -216,7 +216,8 @@ constexpr DecodeFunctions kReferenceDecode =
 constexpr PrefillFunctions kReferencePrefill =
     host_functions<SparsePrefillArgs, detail::PrefillShape, &reference::sparse_prefill>();
 constexpr DecodeFunctions kCpuDecode = host_functions<SparseDecodeArgs, detail::DecodeShape, &cpu::sparse_decode>();
-constexpr PrefillFunctions kCpuPrefill = host_functions<SparsePrefillArgs, detail::PrefillShape, &cpu::sparse_prefill>();
+constexpr PrefillFunctions kCpuPrefill =
+    host_functions<SparsePrefillArgs, detail::PrefillShape, &cpu::sparse_prefill>();
 
 Capabilities cpu_capabilities() {
   Capabilities caps;

@@ -167,8 +167,12 @@ std::string unsupported_reason(const Implementation& implementation, const Conte
   if (problem.format.has_value() && !listed(caps.formats, *problem.format)) {
     return fmt::format("does not read the {} format", kv_format_name(*problem.format));
   }
-  if (problem.d_qk != 0 && !listed(caps.d_qk, problem.d_qk)) return fmt::format("does not support d_qk {}", problem.d_qk);
-  if (problem.d_v != 0 && !listed(caps.d_v, problem.d_v)) return fmt::format("does not support d_v {}", problem.d_v);
+  if (problem.d_qk != 0 && !listed(caps.d_qk, problem.d_qk)) {
+    return fmt::format("does not support d_qk {}", problem.d_qk);
+  }
+  if (problem.d_v != 0 && !listed(caps.d_v, problem.d_v)) {
+    return fmt::format("does not support d_v {}", problem.d_v);
+  }
   if (caps.max_heads > 0 && problem.heads > caps.max_heads) {
     return fmt::format("serves at most {} heads, the call has {}", caps.max_heads, problem.heads);
   }

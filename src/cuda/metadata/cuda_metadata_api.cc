@@ -12,6 +12,7 @@
 #include "smla/metadata.h"
 #include "src/core/metadata/metadata_functions.h"
 #include "src/core/metadata/metadata_rules.h"
+#include "src/core/metadata/view_checks.h"
 #include "src/cuda/current_device.h"
 #include "src/cuda/metadata/metadata_params.h"
 
@@ -66,34 +67,16 @@ class DeviceChecker {
   std::string first_;
 };
 
-Status check_min_rows(const TensorView& v, std::string_view name, int dim, std::int64_t rows) {
-  const std::int64_t actual = v.shape[static_cast<std::size_t>(dim)];
-  if (actual < rows) {
-    return out_of_range(name, fmt::format("dimension {} of at least {}", dim, rows),
-                        fmt::format("{} (shape {})", actual, v.shape_string()));
-  }
-  return Status::Ok();
-}
-
-Status check_exact(const TensorView& v, std::string_view name, int dim, std::int64_t extent) {
-  const std::int64_t actual = v.shape[static_cast<std::size_t>(dim)];
-  if (actual != extent) {
-    return invalid_argument(name, fmt::format("dimension {} of {}", dim, extent),
-                            fmt::format("{} (shape {})", actual, v.shape_string()));
-  }
-  return Status::Ok();
-}
-
 Status check_vector(DeviceChecker& dev, const TensorView& v, std::string_view name, DType dtype, std::int64_t rows) {
   SMLA_RETURN_IF_ERROR(dev.check(v, name, dtype, 1));
-  return check_min_rows(v, name, 0, rows);
+  return detail::check_min_extent(v, name, 0, rows);
 }
 
 Status check_matrix(DeviceChecker& dev, const TensorView& v, std::string_view name, std::int64_t rows,
                     std::int64_t width) {
   SMLA_RETURN_IF_ERROR(dev.check(v, name, DType::kI32, 2));
-  SMLA_RETURN_IF_ERROR(check_min_rows(v, name, 0, rows));
-  return check_exact(v, name, 1, width);
+  SMLA_RETURN_IF_ERROR(detail::check_min_extent(v, name, 0, rows));
+  return detail::check_extent(v, name, 1, width);
 }
 
 Status check_absent(const TensorView& v, std::string_view name, std::string_view table) {
@@ -115,7 +98,7 @@ DeviceTable device_table(const TensorView& t) {
 
 Status check_table(DeviceChecker& dev, const TensorView& t, std::string_view name, std::int64_t rows) {
   SMLA_RETURN_IF_ERROR(dev.check(t, name, DType::kI32, 2));
-  return check_min_rows(t, name, 0, rows);
+  return detail::check_min_extent(t, name, 0, rows);
 }
 
 // query_lens, seq_lens and the tables of a batch (num_tokens and token_valid not read).
@@ -127,7 +110,7 @@ Expected<DeviceBatch> device_requests(DeviceChecker& dev, const BatchDescription
     return out_of_range("batch.query_lens", "at most 2^30 requests", batch.query_lens.shape_string());
   }
   SMLA_RETURN_IF_ERROR(dev.check(batch.seq_lens, "batch.seq_lens", DType::kI32, 1));
-  SMLA_RETURN_IF_ERROR(check_exact(batch.seq_lens, "batch.seq_lens", 0, reqs));
+  SMLA_RETURN_IF_ERROR(detail::check_extent(batch.seq_lens, "batch.seq_lens", 0, reqs));
   SMLA_RETURN_IF_ERROR(check_table(dev, batch.swa_block_table, "batch.swa_block_table", reqs));
   if (batch.c4_block_table.present()) {
     SMLA_RETURN_IF_ERROR(check_table(dev, batch.c4_block_table, "batch.c4_block_table", reqs));
@@ -160,7 +143,7 @@ Expected<DeviceBatch> device_batch(DeviceChecker& dev, const BatchDescription& b
   }
   SMLA_RETURN_IF_ERROR(dev.check_optional(batch.token_valid, "batch.token_valid", DType::kU8, 1));
   if (batch.token_valid.present()) {
-    SMLA_RETURN_IF_ERROR(check_exact(batch.token_valid, "batch.token_valid", 0, batch.num_tokens));
+    SMLA_RETURN_IF_ERROR(detail::check_extent(batch.token_valid, "batch.token_valid", 0, batch.num_tokens));
     b->token_valid = static_cast<const std::uint8_t*>(batch.token_valid.data);
     b->token_valid_stride = batch.token_valid.stride[0];
   }
@@ -183,6 +166,22 @@ Status check_chunk_shape(const PrefillChunk& chunk, std::int64_t reqs) {
 template <class T>
 T* data_of(const TensorView& v) {
   return static_cast<T*>(v.data);
+}
+
+// A params struct's (pointer, stride) pair of a vector; an absent view leaves them unset.
+template <class T>
+void bind_vector(const TensorView& v, T** data, std::int64_t* stride) {
+  if (!v.present()) return;
+  *data = data_of<T>(v);
+  *stride = v.stride[0];
+}
+
+// A params struct's (pointer, row stride, column stride) of a matrix.
+template <class T>
+void bind_matrix(const TensorView& v, T** data, std::int64_t* stride_rows, std::int64_t* stride_cols) {
+  *data = data_of<T>(v);
+  *stride_rows = v.stride[0];
+  *stride_cols = v.stride[1];
 }
 
 Status launched(cudaError_t error, std::string_view what) {
@@ -247,38 +246,21 @@ Status build_step_metadata(const Context& context, const BatchDescription& batch
   p.c128_block = compressed_block_size(config, 128);
   p.c128_width = c128a_width(config);
   p.c128_active = config.c128a_active_width > 0 ? config.c128a_active_width : p.c128_width;
-  p.query_start_loc = data_of<std::int32_t>(out.query_start_loc);
-  p.stride_query_start_loc = out.query_start_loc.stride[0];
-  p.token_to_req = data_of<std::int32_t>(out.token_to_req);
-  p.stride_token_to_req = out.token_to_req.stride[0];
-  p.positions = data_of<std::int64_t>(out.positions);
-  p.stride_positions = out.positions.stride[0];
-  p.is_valid_token = data_of<std::uint8_t>(out.is_valid_token);
-  p.stride_is_valid_token = out.is_valid_token.stride[0];
-  p.swa_slot_mapping = data_of<std::int64_t>(out.swa_slot_mapping);
-  p.stride_swa_slot_mapping = out.swa_slot_mapping.stride[0];
-  p.swa_indices = data_of<std::int32_t>(out.swa_indices);
-  p.stride_swa_indices_t = out.swa_indices.stride[0];
-  p.stride_swa_indices_c = out.swa_indices.stride[1];
-  p.swa_lens = data_of<std::int32_t>(out.swa_lens);
-  p.stride_swa_lens = out.swa_lens.stride[0];
-  p.prefill_gather_lens = data_of<std::int32_t>(out.prefill_gather_lens);
-  p.stride_prefill_gather_lens = out.prefill_gather_lens.stride[0];
-  if (batch.c4_block_table.present()) {
-    p.c4_slot_mapping = data_of<std::int64_t>(out.c4_slot_mapping);
-    p.stride_c4_slot_mapping = out.c4_slot_mapping.stride[0];
-  }
+  bind_vector(out.query_start_loc, &p.query_start_loc, &p.stride_query_start_loc);
+  bind_vector(out.token_to_req, &p.token_to_req, &p.stride_token_to_req);
+  bind_vector(out.positions, &p.positions, &p.stride_positions);
+  bind_vector(out.is_valid_token, &p.is_valid_token, &p.stride_is_valid_token);
+  bind_vector(out.swa_slot_mapping, &p.swa_slot_mapping, &p.stride_swa_slot_mapping);
+  bind_matrix(out.swa_indices, &p.swa_indices, &p.stride_swa_indices_t, &p.stride_swa_indices_c);
+  bind_vector(out.swa_lens, &p.swa_lens, &p.stride_swa_lens);
+  bind_vector(out.prefill_gather_lens, &p.prefill_gather_lens, &p.stride_prefill_gather_lens);
+  if (batch.c4_block_table.present()) bind_vector(out.c4_slot_mapping, &p.c4_slot_mapping, &p.stride_c4_slot_mapping);
   if (batch.c128_block_table.present()) {
-    p.c128_slot_mapping = data_of<std::int64_t>(out.c128_slot_mapping);
-    p.stride_c128_slot_mapping = out.c128_slot_mapping.stride[0];
-    p.c128a_decode_indices = data_of<std::int32_t>(out.c128a_decode_indices);
-    p.stride_c128a_decode_t = out.c128a_decode_indices.stride[0];
-    p.stride_c128a_decode_c = out.c128a_decode_indices.stride[1];
-    p.c128a_decode_lens = data_of<std::int32_t>(out.c128a_decode_lens);
-    p.stride_c128a_decode_lens = out.c128a_decode_lens.stride[0];
-    p.c128a_prefill_indices = data_of<std::int32_t>(out.c128a_prefill_indices);
-    p.stride_c128a_prefill_t = out.c128a_prefill_indices.stride[0];
-    p.stride_c128a_prefill_c = out.c128a_prefill_indices.stride[1];
+    bind_vector(out.c128_slot_mapping, &p.c128_slot_mapping, &p.stride_c128_slot_mapping);
+    bind_matrix(out.c128a_decode_indices, &p.c128a_decode_indices, &p.stride_c128a_decode_t, &p.stride_c128a_decode_c);
+    bind_vector(out.c128a_decode_lens, &p.c128a_decode_lens, &p.stride_c128a_decode_lens);
+    bind_matrix(out.c128a_prefill_indices, &p.c128a_prefill_indices, &p.stride_c128a_prefill_t,
+                &p.stride_c128a_prefill_c);
   }
   p.counts = data_of<std::int64_t>(counts);
   p.stride_counts = counts.stride[0];
@@ -294,31 +276,22 @@ Status c4a_global_topk_indices(const Context& context, const TensorView& local_t
   const std::int64_t n = local_topk.shape[0];
   const std::int64_t k = local_topk.shape[1];
   SMLA_RETURN_IF_ERROR(dev.check(token_to_req, "token_to_req", DType::kI32, 1));
-  SMLA_RETURN_IF_ERROR(check_exact(token_to_req, "token_to_req", 0, n));
+  SMLA_RETURN_IF_ERROR(detail::check_extent(token_to_req, "token_to_req", 0, n));
   SMLA_RETURN_IF_ERROR(dev.check_optional(is_valid_token, "is_valid_token", DType::kU8, 1));
-  if (is_valid_token.present()) SMLA_RETURN_IF_ERROR(check_exact(is_valid_token, "is_valid_token", 0, n));
+  if (is_valid_token.present()) SMLA_RETURN_IF_ERROR(detail::check_extent(is_valid_token, "is_valid_token", 0, n));
   SMLA_RETURN_IF_ERROR(check_table(dev, block_table, "block_table", 0));
   SMLA_RETURN_IF_ERROR(check_matrix(dev, global_out, "global_out", n, k));
   SMLA_RETURN_IF_ERROR(check_vector(dev, lens_out, "lens_out", DType::kI32, n));
   SMLA_RETURN_IF_ERROR(dev.check_current());
 
   cuda::C4aGlobalParams p;
-  p.local = data_of<const std::int32_t>(local_topk);
-  p.stride_local_t = local_topk.stride[0];
-  p.stride_local_k = local_topk.stride[1];
-  p.token_to_req = data_of<const std::int32_t>(token_to_req);
-  p.stride_token_to_req = token_to_req.stride[0];
-  if (is_valid_token.present()) {
-    p.is_valid_token = data_of<const std::uint8_t>(is_valid_token);
-    p.stride_is_valid_token = is_valid_token.stride[0];
-  }
+  bind_matrix(local_topk, &p.local, &p.stride_local_t, &p.stride_local_k);
+  bind_vector(token_to_req, &p.token_to_req, &p.stride_token_to_req);
+  bind_vector(is_valid_token, &p.is_valid_token, &p.stride_is_valid_token);
   p.table = device_table(block_table);
   p.block_size = block_size;
-  p.out = data_of<std::int32_t>(global_out);
-  p.stride_out_t = global_out.stride[0];
-  p.stride_out_k = global_out.stride[1];
-  p.lens = data_of<std::int32_t>(lens_out);
-  p.stride_lens = lens_out.stride[0];
+  bind_matrix(global_out, &p.out, &p.stride_out_t, &p.stride_out_k);
+  bind_vector(lens_out, &p.lens, &p.stride_lens);
   p.num_rows = n;
   p.topk = k;
   return launched(cuda::launch_c4a_global(p, static_cast<cudaStream_t>(context.stream())), "c4a_global_topk_indices");
@@ -339,7 +312,7 @@ Status v32_request_to_global_indices(const Context& context, const TensorView& r
   const std::int64_t n = req_indices.shape[0];
   const std::int64_t k = req_indices.shape[1];
   SMLA_RETURN_IF_ERROR(dev.check(req_id, "req_id", DType::kI32, 1));
-  SMLA_RETURN_IF_ERROR(check_exact(req_id, "req_id", 0, n));
+  SMLA_RETURN_IF_ERROR(detail::check_extent(req_id, "req_id", 0, n));
   SMLA_RETURN_IF_ERROR(check_table(dev, block_table, "block_table", 0));
   SMLA_RETURN_IF_ERROR(check_matrix(dev, out, "out", n, k));
   if (valid_counts.present()) SMLA_RETURN_IF_ERROR(check_vector(dev, valid_counts, "valid_counts", DType::kI32, n));
@@ -430,13 +403,13 @@ Status dequantize_and_gather(const Context& context, const KvCacheView& cache, c
   SMLA_RETURN_IF_ERROR(dev.check(seq_lens, "seq_lens", DType::kI32, 1));
   const std::int64_t batch = seq_lens.shape[0];
   SMLA_RETURN_IF_ERROR(dev.check_optional(gather_lens, "gather_lens", DType::kI32, 1));
-  if (gather_lens.present()) SMLA_RETURN_IF_ERROR(check_exact(gather_lens, "gather_lens", 0, batch));
+  if (gather_lens.present()) SMLA_RETURN_IF_ERROR(detail::check_extent(gather_lens, "gather_lens", 0, batch));
   SMLA_RETURN_IF_ERROR(check_table(dev, block_table, "block_table", batch));
   SMLA_RETURN_IF_ERROR(validate_kv_cache(cache, "cache"));
   SMLA_RETURN_IF_ERROR(dev.check(cache.pages, "cache.pages", cache.pages.dtype, 3));
   SMLA_RETURN_IF_ERROR(dev.check(out, "out", DType::kBF16, 3));
-  SMLA_RETURN_IF_ERROR(check_min_rows(out, "out", 0, batch));
-  SMLA_RETURN_IF_ERROR(check_exact(out, "out", 2, kv_format_info(cache.format).head_dim));
+  SMLA_RETURN_IF_ERROR(detail::check_min_extent(out, "out", 0, batch));
+  SMLA_RETURN_IF_ERROR(detail::check_extent(out, "out", 2, kv_format_info(cache.format).head_dim));
   if (offset < 0 || offset > out.shape[1]) {
     return out_of_range("offset", fmt::format("a value in [0, out rows = {}]", out.shape[1]), std::to_string(offset));
   }
@@ -452,12 +425,8 @@ Status dequantize_and_gather(const Context& context, const KvCacheView& cache, c
   p.page_size = cache.page_size();
   p.num_pages = cache.num_pages();
   p.fp8_scale = cache.fp8_scale;
-  p.seq_lens = data_of<const std::int32_t>(seq_lens);
-  p.stride_seq_lens = seq_lens.stride[0];
-  if (gather_lens.present()) {
-    p.gather_lens = data_of<const std::int32_t>(gather_lens);
-    p.stride_gather_lens = gather_lens.stride[0];
-  }
+  bind_vector(seq_lens, &p.seq_lens, &p.stride_seq_lens);
+  bind_vector(gather_lens, &p.gather_lens, &p.stride_gather_lens);
   p.table = device_table(block_table);
   p.offset = offset;
   p.out = data_of<std::uint16_t>(out);
@@ -542,8 +511,8 @@ Status gather_prefill_chunk(const Context& context, const BatchDescription& batc
   }
   const std::int64_t head_dim = kv_format_info(swa_cache.format).head_dim;
   SMLA_RETURN_IF_ERROR(dev.check(out, "out", DType::kBF16, 3));
-  SMLA_RETURN_IF_ERROR(check_min_rows(out, "out", 0, reqs));
-  SMLA_RETURN_IF_ERROR(check_exact(out, "out", 2, head_dim));
+  SMLA_RETURN_IF_ERROR(detail::check_min_extent(out, "out", 0, reqs));
+  SMLA_RETURN_IF_ERROR(detail::check_extent(out, "out", 2, head_dim));
   if (compressed_rows < 0 || compressed_rows > out.shape[1]) {
     return out_of_range("compressed_rows", fmt::format("a value in [0, out rows = {}]", out.shape[1]),
                         std::to_string(compressed_rows));
