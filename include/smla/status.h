@@ -86,3 +86,13 @@ class [[nodiscard]] Expected {
     ::smla::Status smla_status_ = (expr);       \
     if (!smla_status_.ok()) return smla_status_; \
   } while (0)
+
+// Declares-and-assigns from an Expected, or returns its Status early:
+//   SMLA_ASSIGN_OR_RETURN(args.q, load.required("q", ...));
+#define SMLA_ASSIGN_OR_RETURN(lhs, expr) SMLA_ASSIGN_OR_RETURN_IMPL_(SMLA_CONCAT_(smla_expected_, __LINE__), lhs, expr)
+#define SMLA_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \
+  auto tmp = (expr);                                \
+  if (!tmp) return tmp.status();                    \
+  lhs = std::move(*tmp)
+#define SMLA_CONCAT_(a, b) SMLA_CONCAT_INNER_(a, b)
+#define SMLA_CONCAT_INNER_(a, b) a##b

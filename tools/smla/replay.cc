@@ -256,29 +256,20 @@ Status replay_decode(const ReplayManifest& m, Backend backend, CaseLoader& load,
   const std::int64_t tokens = q->shape[0];
   const std::int64_t heads = q->shape[1];
   args.q = *q;
-  auto main_cache = load.cache("main_cache", m.main_cache, "main_page_stride_bytes", m.main_page_stride_bytes);
-  if (!main_cache) return main_cache.status();
-  args.main_cache = *main_cache;
-  auto main_indices = load.required("main_indices", m.main_indices, DType::kI32, {{tokens, "T"}, {-1, "k_main"}});
-  if (!main_indices) return main_indices.status();
-  args.main_indices = *main_indices;
-  auto main_lengths = load.optional("main_lengths", m.main_lengths, DType::kI32, {{tokens, "T"}});
-  if (!main_lengths) return main_lengths.status();
-  args.main_lengths = *main_lengths;
+  SMLA_ASSIGN_OR_RETURN(args.main_cache,
+                        load.cache("main_cache", m.main_cache, "main_page_stride_bytes", m.main_page_stride_bytes));
+  SMLA_ASSIGN_OR_RETURN(args.main_indices,
+                        load.required("main_indices", m.main_indices, DType::kI32, {{tokens, "T"}, {-1, "k_main"}}));
+  SMLA_ASSIGN_OR_RETURN(args.main_lengths, load.optional("main_lengths", m.main_lengths, DType::kI32, {{tokens, "T"}}));
   if (m.extra_cache) {
-    auto extra_cache = load.cache("extra_cache", *m.extra_cache, "extra_page_stride_bytes", m.extra_page_stride_bytes);
-    if (!extra_cache) return extra_cache.status();
-    args.extra_cache = *extra_cache;
-    auto extra_indices = load.optional("extra_indices", m.extra_indices, DType::kI32, {{tokens, "T"}, {-1, "k_extra"}});
-    if (!extra_indices) return extra_indices.status();
-    args.extra_indices = *extra_indices;
-    auto extra_lengths = load.optional("extra_lengths", m.extra_lengths, DType::kI32, {{tokens, "T"}});
-    if (!extra_lengths) return extra_lengths.status();
-    args.extra_lengths = *extra_lengths;
+    SMLA_ASSIGN_OR_RETURN(args.extra_cache, load.cache("extra_cache", *m.extra_cache, "extra_page_stride_bytes",
+                                                       m.extra_page_stride_bytes));
+    SMLA_ASSIGN_OR_RETURN(args.extra_indices, load.optional("extra_indices", m.extra_indices, DType::kI32,
+                                                            {{tokens, "T"}, {-1, "k_extra"}}));
+    SMLA_ASSIGN_OR_RETURN(args.extra_lengths,
+                          load.optional("extra_lengths", m.extra_lengths, DType::kI32, {{tokens, "T"}}));
   }
-  auto sink = load.optional("sink", m.sink, DType::kF32, {{heads, "h_q"}});
-  if (!sink) return sink.status();
-  args.sink = *sink;
+  SMLA_ASSIGN_OR_RETURN(args.sink, load.optional("sink", m.sink, DType::kF32, {{heads, "h_q"}}));
   args.softmax_scale = m.softmax_scale;
   args.out = load.output("out.npy", DType::kBF16, {tokens, heads, info.value_dim});
   args.lse = load.output("lse.npy", DType::kF32, {tokens, heads});
@@ -296,18 +287,11 @@ Status replay_prefill(const ReplayManifest& m, Backend backend, CaseLoader& load
   const std::int64_t heads = q->shape[1];
   const std::int64_t d_qk = q->shape[2];
   args.q = *q;
-  auto kv = load.required("kv", m.kv, DType::kBF16, {{-1, "s_kv"}, {d_qk, "d_qk"}});
-  if (!kv) return kv.status();
-  args.kv = *kv;
-  auto indices = load.required("indices", m.indices, DType::kI32, {{queries, "s_q"}, {-1, "topk"}});
-  if (!indices) return indices.status();
-  args.indices = *indices;
-  auto topk_length = load.optional("topk_length", m.topk_length, DType::kI32, {{queries, "s_q"}});
-  if (!topk_length) return topk_length.status();
-  args.topk_length = *topk_length;
-  auto sink = load.optional("sink", m.sink, DType::kF32, {{heads, "h_q"}});
-  if (!sink) return sink.status();
-  args.sink = *sink;
+  SMLA_ASSIGN_OR_RETURN(args.kv, load.required("kv", m.kv, DType::kBF16, {{-1, "s_kv"}, {d_qk, "d_qk"}}));
+  SMLA_ASSIGN_OR_RETURN(args.indices,
+                        load.required("indices", m.indices, DType::kI32, {{queries, "s_q"}, {-1, "topk"}}));
+  SMLA_ASSIGN_OR_RETURN(args.topk_length, load.optional("topk_length", m.topk_length, DType::kI32, {{queries, "s_q"}}));
+  SMLA_ASSIGN_OR_RETURN(args.sink, load.optional("sink", m.sink, DType::kF32, {{heads, "h_q"}}));
   if (m.d_v > d_qk) {
     return invalid_argument("key 'd_v'", fmt::format("at most d_qk = {}", d_qk), fmt::format("{}", m.d_v));
   }
