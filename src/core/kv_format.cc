@@ -7,33 +7,28 @@ namespace smla {
 KvFormatInfo kv_format_info(KvFormat format) {
   return visit_kv_format(format, [format](auto traits) {
     using Traits = decltype(traits);
-    KvFormatInfo info{};
-    info.format = format;
-    info.name = Traits::kName;
-    info.head_dim = Traits::kHeadDim;
-    info.value_dim = Traits::kValueDim;
-    info.bytes_per_token = Traits::kBytesPerToken;
-    if constexpr (Traits::kFormat == KvFormat::kBf16Rows) {
-      info.storage_dtype = DType::kBF16;
-      info.row_elements = Traits::kHeadDim;
-    } else if constexpr (Traits::kFormat == KvFormat::kFp8Rows) {
-      info.storage_dtype = DType::kE4M3;
-      info.row_elements = Traits::kHeadDim;
-    } else {
-      info.storage_dtype = DType::kU8;
-      info.row_elements = Traits::kBytesPerToken;
-    }
-    return info;
+    return KvFormatInfo{format,           Traits::kName,        Traits::kHeadDim, Traits::kValueDim,
+                        Traits::kBytesPerToken, Traits::kStorage, Traits::kRowElements, Traits::kLayout,
+                        Traits::kPerTensorScale};
   });
 }
 
 std::string_view kv_format_name(KvFormat format) { return kv_format_info(format).name; }
 
+std::string kv_format_names(std::string_view separator) {
+  std::string names;
+  for_each_kv_format([&](auto traits) {
+    if (!names.empty()) names += separator;
+    names += decltype(traits)::kName;
+  });
+  return names;
+}
+
 Expected<KvFormat> parse_kv_format(std::string_view name) {
-  for (KvFormat f : {KvFormat::kV4Fp8, KvFormat::kV32Fp8, KvFormat::kBf16Rows, KvFormat::kFp8Rows}) {
+  for (KvFormat f : kAllKvFormats) {
     if (kv_format_name(f) == name) return f;
   }
-  return invalid_argument("kv format", "one of v4-fp8, v32-fp8, bf16-rows, fp8-rows", fmt::format("'{}'", name));
+  return invalid_argument("kv format", "one of " + kv_format_names(), fmt::format("'{}'", name));
 }
 
 std::int64_t KvCacheView::page_stride_bytes() const {
@@ -70,7 +65,7 @@ Status validate_kv_cache(const KvCacheView& cache, std::string_view name) {
                             fmt::format("{} bytes", cache.page_stride_bytes()));
   }
   if (t.numel() > 0 && t.data == nullptr) return invalid_argument(name, "non-null data", "nullptr");
-  if (cache.format == KvFormat::kFp8Rows && !(cache.fp8_scale > 0.0f && std::isfinite(cache.fp8_scale))) {
+  if (info.per_tensor_scale && !(cache.fp8_scale > 0.0f && std::isfinite(cache.fp8_scale))) {
     return invalid_argument(fmt::format("{}.fp8_scale", name), "a finite positive scale", fmt::format("{}", cache.fp8_scale));
   }
   return Status::Ok();

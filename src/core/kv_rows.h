@@ -1,4 +1,5 @@
-// Internal: encode/decode one token row of a paged cache, for every format.
+// Internal: encode/decode one token row of a paged cache, for every row layout
+// (KvRowLayout; the traits give the offsets and the scale encoding).
 // Shared by the codecs, the reference, the CPU backend and (host-device) the
 // CUDA kernels, so the byte layout is interpreted in exactly one place.
 #pragma once
@@ -37,24 +38,22 @@ SMLA_HOST_DEVICE int quantize_tile(const float* x, int count, std::uint8_t* code
 template <class Format>
 SMLA_HOST_DEVICE void decode_token(const std::uint8_t* page, std::int64_t page_size, std::int64_t t, float fp8_scale,
                                    float* out) {
-  if constexpr (Format::kFormat == KvFormat::kV4Fp8 || Format::kFormat == KvFormat::kV32Fp8) {
+  if constexpr (Format::kLayout == KvRowLayout::kTiledNopeRope) {
     const std::uint8_t* nope = page + Format::nope_offset(t, page_size);
     const std::uint8_t* scales = page + Format::scale_offset(t, page_size);
     const std::uint8_t* rope = page + Format::rope_offset(t, page_size);
     for (int tile = 0; tile < Format::kNumTiles; ++tile) {
-      float scale;
-      if constexpr (Format::kFormat == KvFormat::kV4Fp8) {
-        scale = ue8m0_to_f32(scales[tile]);
-      } else {
-        std::memcpy(&scale, scales + 4 * tile, 4);
-      }
+      const float scale = Format::tile_scale(scales, tile);
       for (int i = tile * Format::kTile; i < (tile + 1) * Format::kTile; ++i) out[i] = e4m3_to_f32(nope[i]) * scale;
     }
     for (int i = 0; i < Format::kRopeDim; ++i) out[Format::kNopeDim + i] = bf16_to_f32(load_u16(rope + 2 * i));
-  } else if constexpr (Format::kFormat == KvFormat::kBf16Rows) {
+  } else if constexpr (Format::kStorage == DType::kBF16) {
+    static_assert(Format::kLayout == KvRowLayout::kPlainRows);
     const std::uint8_t* row = page + t * Format::kBytesPerToken;
     for (int i = 0; i < Format::kHeadDim; ++i) out[i] = bf16_to_f32(load_u16(row + 2 * i));
   } else {
+    static_assert(Format::kLayout == KvRowLayout::kPlainRows && Format::kStorage == DType::kE4M3 &&
+                  Format::kPerTensorScale);
     const std::uint8_t* row = page + t * Format::kBytesPerToken;
     for (int i = 0; i < Format::kHeadDim; ++i) out[i] = e4m3_to_f32(row[i]) * fp8_scale;
   }
@@ -65,7 +64,7 @@ SMLA_HOST_DEVICE void decode_token(const std::uint8_t* page, std::int64_t page_s
 template <class Format>
 SMLA_HOST_DEVICE void encode_token(const float* row, std::uint8_t* page, std::int64_t page_size, std::int64_t t,
                                    float fp8_scale) {
-  if constexpr (Format::kFormat == KvFormat::kV4Fp8 || Format::kFormat == KvFormat::kV32Fp8) {
+  if constexpr (Format::kLayout == KvRowLayout::kTiledNopeRope) {
     std::uint8_t* nope = page + Format::nope_offset(t, page_size);
     std::uint8_t* scales = page + Format::scale_offset(t, page_size);
     std::uint8_t* rope = page + Format::rope_offset(t, page_size);
@@ -73,16 +72,12 @@ SMLA_HOST_DEVICE void encode_token(const float* row, std::uint8_t* page, std::in
     for (int tile = 0; tile < Format::kNumTiles; ++tile) {
       for (int i = 0; i < Format::kTile; ++i) tile_values[i] = round_to_bf16(row[tile * Format::kTile + i]);
       const int e = quantize_tile(tile_values, Format::kTile, nope + tile * Format::kTile);
-      if constexpr (Format::kFormat == KvFormat::kV4Fp8) {
-        scales[tile] = ue8m0_from_exponent(e);
-      } else {
-        const float scale = std::ldexp(1.0f, e);
-        std::memcpy(scales + 4 * tile, &scale, 4);
-      }
+      Format::store_tile_scale(scales, tile, e);
     }
-    if constexpr (Format::kFormat == KvFormat::kV4Fp8) scales[Format::kNumTiles] = 0;  // pad byte
+    // Pad bytes after the scales (V4's eighth byte) are written 0.
+    for (int i = Format::kNumTiles * Format::kScaleBytesPerTile; i < Format::kScaleBytes; ++i) scales[i] = 0;
     for (int i = 0; i < Format::kRopeDim; ++i) store_u16(rope + 2 * i, f32_to_bf16(row[Format::kNopeDim + i]));
-  } else if constexpr (Format::kFormat == KvFormat::kBf16Rows) {
+  } else if constexpr (Format::kStorage == DType::kBF16) {
     std::uint8_t* out = page + t * Format::kBytesPerToken;
     for (int i = 0; i < Format::kHeadDim; ++i) store_u16(out + 2 * i, f32_to_bf16(row[i]));
   } else {

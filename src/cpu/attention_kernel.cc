@@ -124,7 +124,7 @@ HWY_INLINE VF DecodeBf16(const std::uint8_t* bytes) {
 
 template <class FORMAT>
 KeyRow RowOfEntry(const std::uint8_t* page, std::int64_t entry, std::int64_t page_size, float fp8_scale) {
-  if constexpr (FORMAT::kFormat == KvFormat::kV4Fp8 || FORMAT::kFormat == KvFormat::kV32Fp8) {
+  if constexpr (FORMAT::kLayout == KvRowLayout::kTiledNopeRope) {
     return {page + FORMAT::nope_offset(entry, page_size), page + FORMAT::scale_offset(entry, page_size),
             page + FORMAT::rope_offset(entry, page_size), fp8_scale};
   } else {
@@ -141,22 +141,19 @@ HWY_INLINE void DecodeRow(const KeyRow& row, int d_qk, float* HWY_RESTRICT dst) 
     int i = 0;
     for (; i + n <= d_qk; i += n) hn::Store(DecodeBf16(row.data + 2 * i), df, dst + i);
     for (; i < d_qk; ++i) dst[i] = bf16_to_f32(detail::load_u16(row.data + 2 * i));
-  } else if constexpr (FORMAT::kFormat == KvFormat::kV4Fp8 || FORMAT::kFormat == KvFormat::kV32Fp8) {
+  } else if constexpr (FORMAT::kLayout == KvRowLayout::kTiledNopeRope) {
     for (int tile = 0; tile < FORMAT::kNumTiles; ++tile) {
-      float scale;
-      if constexpr (FORMAT::kFormat == KvFormat::kV4Fp8) {
-        scale = ue8m0_to_f32(row.scales[tile]);
-      } else {
-        std::memcpy(&scale, row.scales + 4 * tile, 4);
-      }
+      const float scale = FORMAT::tile_scale(row.scales, tile);
       DecodeE4m3Span(row.data + tile * FORMAT::kTile, FORMAT::kTile, scale, dst + tile * FORMAT::kTile);
     }
     for (int i = 0; i < FORMAT::kRopeDim; i += n) {
       hn::Store(DecodeBf16(row.rope + 2 * i), df, dst + FORMAT::kNopeDim + i);
     }
-  } else if constexpr (FORMAT::kFormat == KvFormat::kBf16Rows) {
+  } else if constexpr (FORMAT::kStorage == DType::kBF16) {
     for (int i = 0; i < FORMAT::kHeadDim; i += n) hn::Store(DecodeBf16(row.data + 2 * i), df, dst + i);
   } else {
+    static_assert(FORMAT::kLayout == KvRowLayout::kPlainRows && FORMAT::kStorage == DType::kE4M3,
+                  "a row layout without a SIMD decoder here (KvRowLayout)");
     DecodeE4m3Span(row.data, FORMAT::kHeadDim, row.fp8_scale, dst);
   }
   for (int i = d_qk; i < round_up(d_qk, kRowAlign); ++i) dst[i] = 0.0f;

@@ -29,7 +29,7 @@ struct KeySetParams {
   std::int64_t page_size = 1;        // kPagedCache
   std::int64_t page_stride_bytes = 0;  // kPagedCache
   std::int64_t row_stride_bytes = 0;   // kFlatBf16
-  float fp8_scale = 1.0f;              // KvFormat::kFp8Rows
+  float fp8_scale = 1.0f;              // formats with a per-tensor scale (fp8-rows)
 };
 
 struct AttentionParams {

@@ -36,7 +36,7 @@ struct AttentionPlan {
 // lets heads below 64 share a CTA with the same request's other tokens
 // (SparseDecodeArgs::queries_per_request).
 struct AttentionShape {
-  LoaderKind kind = LoaderKind::kV4Fp8;
+  LoaderKind kind = loader_kind(KvFormat::kV4Fp8);
   std::int64_t num_tokens = 0;
   std::int64_t num_heads = 0;
   std::int64_t num_keys = 0;

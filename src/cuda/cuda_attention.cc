@@ -32,16 +32,6 @@ std::int64_t stride_bytes(const TensorView& view, int dim) {
   return view.stride[static_cast<std::size_t>(dim)] * static_cast<std::int64_t>(dtype_size(view.dtype));
 }
 
-LoaderKind loader_for(KvFormat format) {
-  switch (format) {
-    case KvFormat::kV4Fp8: return LoaderKind::kV4Fp8;
-    case KvFormat::kV32Fp8: return LoaderKind::kV32Fp8;
-    case KvFormat::kBf16Rows: return LoaderKind::kBf16Rows512;
-    case KvFormat::kFp8Rows: break;
-  }
-  return LoaderKind::kFp8Rows;
-}
-
 // The kernels copy rows with 16-byte cp.async: page bases and row strides must allow it.
 Status check_row_alignment(std::string_view name, const void* base, std::int64_t page_stride, std::int64_t row_stride) {
   if (!aligned(base, 16) || page_stride % 16 != 0 || row_stride % 16 != 0) {
@@ -69,7 +59,7 @@ Expected<KvSourceParams> source_params(std::string_view name, const KvCacheView&
   }
   if (src.num_slots > INT32_MAX) src.num_slots = INT32_MAX;  // int32 indices cannot address more
   // Packed FP8 formats place rows by the traits (all 16-byte multiples); plain rows use the tensor's row stride.
-  const bool plain_rows = cache.format == KvFormat::kBf16Rows || cache.format == KvFormat::kFp8Rows;
+  const bool plain_rows = kv_format_info(cache.format).layout == KvRowLayout::kPlainRows;
   const std::int64_t page_stride = cache.num_pages() > 1 ? src.page_stride_bytes : 0;
   SMLA_RETURN_IF_ERROR(check_row_alignment(name, src.pages, page_stride, plain_rows ? src.row_stride_bytes : 0));
   return src;
@@ -106,8 +96,8 @@ void set_query(const TensorView& q, const TensorView& sink, float softmax_scale,
 }
 
 LoaderKind loader_for(const Problem& problem) {
-  if (problem.op == Op::kSparseDecode) return loader_for(*problem.format);
-  return problem.d_qk == 512 ? LoaderKind::kBf16Rows512 : LoaderKind::kBf16Rows576;
+  if (problem.op == Op::kSparseDecode) return cuda::loader_kind(*problem.format);
+  return cuda::flat_bf16_loader_kind(problem.d_qk);
 }
 
 // Tensors on the context's device, which is the calling thread's current one.

@@ -7,6 +7,7 @@
 #include <cuda_fp8.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "smla/kv_format.h"
 #include "src/cuda/ptx.cuh"
@@ -218,5 +219,27 @@ struct Fp8RowLoader : PlainRowIssue<Fp8RowsFormat::kBytesPerToken> {
     });
   }
 };
+
+// The device code of a row source (an entry of KernelRows, sparse_attention_launch.h)
+// in a kernel family, which supplies one type per kind of row: V4, V3.2, plain
+// e4m3 rows with a per-tensor scale, and plain bf16 rows of any width.
+template <class Rows, class V4, class V32, class Fp8Rows, template <int> class Bf16Rows>
+constexpr auto row_code_of() {
+  if constexpr (std::is_same_v<Rows, V4Fp8Format>) {
+    return std::type_identity<V4>{};
+  } else if constexpr (std::is_same_v<Rows, V32Fp8Format>) {
+    return std::type_identity<V32>{};
+  } else if constexpr (std::is_same_v<Rows, Fp8RowsFormat>) {
+    return std::type_identity<Fp8Rows>{};
+  } else {
+    static_assert(Rows::kLayout == KvRowLayout::kPlainRows && Rows::kStorage == DType::kBF16,
+                  "a row source without device code: add its kind here");
+    return std::type_identity<Bf16Rows<Rows::kHeadDim>>{};
+  }
+}
+
+// The portable kernel's loader of a row source.
+template <class Rows>
+using LoaderOf = typename decltype(row_code_of<Rows, V4Fp8Loader, V32Fp8Loader, Fp8RowLoader, Bf16RowLoader>())::type;
 
 }  // namespace smla::cuda

@@ -1,15 +1,44 @@
-// Internal: the compiled variants of the attention kernel (one per KV row
-// loader and head-tile size) and the split-KV combine, as host-callable entries.
+// Internal: the compiled variants of the attention kernel (one per kernel row
+// source and head-tile size) and the split-KV combine, as host-callable entries.
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
+
+#include "smla/kv_format.h"
 #include "src/cuda/sparse_attention_params.h"
 
 namespace smla::cuda {
 
-// Which row loader the kernel is built with; each format maps to one.
-enum class LoaderKind { kV4Fp8, kV32Fp8, kBf16Rows512, kBf16Rows576, kFp8Rows };
+// The prefill workspace's flat rows: kDim bf16 values each (plain rows of d_qk values).
+template <int kDim>
+struct FlatBf16Rows {
+  static constexpr KvRowLayout kLayout = KvRowLayout::kPlainRows;
+  static constexpr DType kStorage = DType::kBF16;
+  static constexpr int kHeadDim = kDim;
+};
+
+// The row sources the kernels are compiled for: every KV format (KvFormats, in
+// KvFormat order), then prefill's 576-dim flat rows (its 512-dim ones read as
+// bf16-rows). src/cuda/CMakeLists.txt generates one translation unit per entry
+// and kernel family, so the variants compile in parallel.
+template <class Formats>
+struct WithFlatRows;
+template <class... Formats>
+struct WithFlatRows<KvFormatList<Formats...>> {
+  using type = KvFormatList<Formats..., FlatBf16Rows<576>>;
+};
+using KernelRows = WithFlatRows<KvFormats>::type;
+static_assert(Bf16RowsFormat::kLayout == KvRowLayout::kPlainRows && Bf16RowsFormat::kStorage == DType::kBF16 &&
+              Bf16RowsFormat::kHeadDim == 512);
+
+// Which entry of KernelRows a kernel reads: a KvFormat's value, or the flat rows after them.
+enum class LoaderKind : std::uint8_t {};
+constexpr LoaderKind loader_kind(KvFormat format) { return static_cast<LoaderKind>(format); }
+constexpr LoaderKind flat_bf16_loader_kind(int d_qk) {
+  return d_qk == Bf16RowsFormat::kHeadDim ? loader_kind(KvFormat::kBf16Rows) : static_cast<LoaderKind>(KvFormats::kSize);
+}
 
 // Launch-time choices of the sm90 kernel (TuningOptions); the portable kernel has none.
 struct LaunchFlags {
@@ -31,29 +60,19 @@ struct AttentionVariant {
   }
 };
 
-// One definition per loader, each in its own translation unit so the variants compile in parallel.
-AttentionVariant attention_variant_v4(int rows);
-AttentionVariant attention_variant_v32(int rows);
-AttentionVariant attention_variant_bf16_512(int rows);
-AttentionVariant attention_variant_bf16_576(int rows);
-AttentionVariant attention_variant_fp8_rows(int rows);
+// The portable kernel's variant for row source Rows (an entry of KernelRows) with
+// the smallest tile of 16, 32 or 64 rows that holds `rows`: defined in
+// sparse_attention_variant.cuh, instantiated in the generated attention_<Rows>.cu.
+template <class Rows>
+AttentionVariant attention_variant_of(int rows);
 
 // The Hopper kernel (src/cuda/sm90): 64-row tiles of one token's heads, wgmma.
 // Built only when the build's architectures include sm_90a.
 bool sm90_kernels_built();
 AttentionVariant sm90_attention_variant(LoaderKind kind);
 
-// The portable kernel's variant with the smallest tile of 16, 32 or 64 rows that holds `rows`.
-inline AttentionVariant attention_variant(LoaderKind kind, int rows) {
-  switch (kind) {
-    case LoaderKind::kV4Fp8: return attention_variant_v4(rows);
-    case LoaderKind::kV32Fp8: return attention_variant_v32(rows);
-    case LoaderKind::kBf16Rows512: return attention_variant_bf16_512(rows);
-    case LoaderKind::kBf16Rows576: return attention_variant_bf16_576(rows);
-    case LoaderKind::kFp8Rows: break;
-  }
-  return attention_variant_fp8_rows(rows);
-}
+// attention_variant_of<Rows> for the row source `kind` (src/cuda/attention_variants.cc).
+AttentionVariant attention_variant(LoaderKind kind, int rows);
 
 // Merges the num_splits partials of every (token, head) and adds the sink.
 // programmatic (sm90+): launched as a programmatic dependent of the grid before

@@ -1,5 +1,5 @@
-// Internal: builds the AttentionVariant entries of one loader (included by the
-// per-loader instantiation files only).
+// Internal: builds the AttentionVariant entries of one row source (included by
+// the generated per-row-source instantiation files only).
 #pragma once
 
 #include "src/cuda/func_attributes.h"
@@ -42,6 +42,11 @@ AttentionVariant make_variant_for_rows(int rows) {
   if (rows <= 16) return make_variant<Loader, 16>();
   if (rows <= 32) return make_variant<Loader, 32>();
   return make_variant<Loader, 64>();
+}
+
+template <class Rows>
+AttentionVariant attention_variant_of(int rows) {
+  return make_variant_for_rows<LoaderOf<Rows>>(rows);
 }
 
 }  // namespace smla::cuda

@@ -11,11 +11,22 @@ Status validate_row_cache_512(const KvCacheView& cache, std::string_view name, D
   if (cache.pages.device.kind != device) {
     return invalid_argument(name, fmt::format("a {} cache", device_kind_name(device)), cache.pages.describe());
   }
-  if (kv_format_info(cache.format).head_dim != V4Fp8Format::kHeadDim) {
-    return invalid_argument(name, "a 512-dim DeepSeek-V4 format (v4-fp8, bf16-rows, fp8-rows)",
-                            kv_format_name(cache.format));
+  bool row_512 = false;
+  visit_row_512_format(cache.format, [&](auto) { row_512 = true; });
+  if (!row_512) {
+    std::string names;
+    for (KvFormat format : row_512_formats()) names += (names.empty() ? "" : ", ") + std::string(kv_format_name(format));
+    return invalid_argument(name, fmt::format("a 512-dim DeepSeek-V4 format ({})", names), kv_format_name(cache.format));
   }
   return Status::Ok();
+}
+
+std::vector<KvFormat> row_512_formats() {
+  std::vector<KvFormat> formats;
+  for_each_kv_format([&](auto traits) {
+    if constexpr (kRow512Format<decltype(traits)>) formats.push_back(decltype(traits)::kFormat);
+  });
+  return formats;
 }
 
 Status check_indexer_cache(const IndexerCacheView& cache, std::string_view name, DeviceKind device) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "smla/indexer_cache.h"
 #include "smla/kv_format.h"
@@ -15,41 +16,38 @@ inline std::uint8_t* cache_page(const KvCacheView& cache, std::int64_t slot, std
   return static_cast<std::uint8_t*>(cache.pages.data) + (slot / cache.page_size()) * cache.page_stride_bytes();
 }
 
+// Whether a format's rows are the 512-dim V4 vector (the caches the layer ops write).
+template <class Format>
+inline constexpr bool kRow512Format = Format::kHeadDim == 512 && Format::kValueDim == 512;
+
+// Calls fn(Format{}) for a 512-dim cache format (validate_row_cache_512); nothing for the others.
+template <class Fn>
+void visit_row_512_format(KvFormat format, Fn&& fn) {
+  visit_kv_format(format, [&](auto traits) {
+    if constexpr (kRow512Format<decltype(traits)>) fn(traits);
+  });
+}
+
+// The 512-dim formats, in KvFormat order (the layer ops' Capabilities::formats).
+std::vector<KvFormat> row_512_formats();
+
 // Encodes row[512] (rounded to bf16 first, then the format's quantization) at `slot`.
 // Precondition: validated 512-dim cache, 0 <= slot < num_slots.
 inline void store_row_512(const KvCacheView& cache, std::int64_t slot, const float* row) {
   std::int64_t entry = 0;
   std::uint8_t* page = cache_page(cache, slot, &entry);
-  switch (cache.format) {
-    case KvFormat::kV4Fp8:
-      detail::encode_token<V4Fp8Format>(row, page, cache.page_size(), entry, cache.fp8_scale);
-      break;
-    case KvFormat::kBf16Rows:
-      detail::encode_token<Bf16RowsFormat>(row, page, cache.page_size(), entry, cache.fp8_scale);
-      break;
-    case KvFormat::kFp8Rows:
-      detail::encode_token<Fp8RowsFormat>(row, page, cache.page_size(), entry, cache.fp8_scale);
-      break;
-    case KvFormat::kV32Fp8: break;  // rejected by validate_row_cache_512
-  }
+  visit_row_512_format(cache.format, [&](auto traits) {
+    detail::encode_token<decltype(traits)>(row, page, cache.page_size(), entry, cache.fp8_scale);
+  });
 }
 
 // Decodes the row at `slot` into out[512]. Same preconditions.
 inline void load_row_512(const KvCacheView& cache, std::int64_t slot, float* out) {
   std::int64_t entry = 0;
   const std::uint8_t* page = cache_page(cache, slot, &entry);
-  switch (cache.format) {
-    case KvFormat::kV4Fp8:
-      detail::decode_token<V4Fp8Format>(page, cache.page_size(), entry, cache.fp8_scale, out);
-      break;
-    case KvFormat::kBf16Rows:
-      detail::decode_token<Bf16RowsFormat>(page, cache.page_size(), entry, cache.fp8_scale, out);
-      break;
-    case KvFormat::kFp8Rows:
-      detail::decode_token<Fp8RowsFormat>(page, cache.page_size(), entry, cache.fp8_scale, out);
-      break;
-    case KvFormat::kV32Fp8: break;
-  }
+  visit_row_512_format(cache.format, [&](auto traits) {
+    detail::decode_token<decltype(traits)>(page, cache.page_size(), entry, cache.fp8_scale, out);
+  });
 }
 
 // validate_kv_cache plus: pages on device kind `device`, the format's rows are

@@ -19,7 +19,6 @@ namespace {
 
 // The page sizes the DeepSeek-V4 caches use: 64 (SWA and C4A), 2 (C128A).
 constexpr std::int64_t kPageSizes[] = {64, 2};
-constexpr KvFormat kFormats[] = {KvFormat::kV4Fp8, KvFormat::kV32Fp8, KvFormat::kBf16Rows, KvFormat::kFp8Rows};
 constexpr Backend kBackends[] = {Backend::kReference, Backend::kCpu, Backend::kCuda};
 
 struct FormatSummary {
@@ -88,7 +87,7 @@ nlohmann::json implementations_json() {
 
 nlohmann::json info_json() {
   nlohmann::json formats = nlohmann::json::array();
-  for (KvFormat format : kFormats) {
+  for (KvFormat format : kAllKvFormats) {
     const FormatSummary s = summarize(format);
     nlohmann::json page_bytes = nlohmann::json::object();
     for (std::size_t i = 0; i < s.page_bytes.size(); ++i) page_bytes[std::to_string(kPageSizes[i])] = s.page_bytes[i];
@@ -115,7 +114,7 @@ void print_info_text() {
   fmt::print("smla {}\n\nKV formats:\n", smla::version());
   fmt::print("  {:<10} {:>8} {:>9} {:>11} {:>13} {:>12} {:>9}\n", "format", "head_dim", "value_dim", "bytes/token",
              "page B @64", "page B @2", "storage");
-  for (KvFormat format : kFormats) {
+  for (KvFormat format : kAllKvFormats) {
     const FormatSummary s = summarize(format);
     fmt::print("  {:<10} {:>8} {:>9} {:>11} {:>13} {:>12} {:>9}\n", s.info.name, s.info.head_dim, s.info.value_dim,
                s.info.bytes_per_token, s.page_bytes[0], s.page_bytes[1],

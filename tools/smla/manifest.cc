@@ -120,7 +120,7 @@ Status parse_decode(const ManifestReader& reader, const Json& root, std::string_
   if (!format_name) return format_name.status();
   auto format = parse_kv_format(*format_name);
   if (!format) {
-    return reader.key_error("format", "one of v4-fp8, v32-fp8, bf16-rows, fp8-rows",
+    return reader.key_error("format", "one of " + kv_format_names(),
                             fmt::format("'{}'", printable(*format_name)));
   }
   m.format = *format;
@@ -155,8 +155,8 @@ Status parse_decode(const ManifestReader& reader, const Json& root, std::string_
   }
   auto fp8_scale = reader.number("fp8_scale", 1.0f);
   if (!fp8_scale) return fp8_scale.status();
-  if (root.contains("fp8_scale") && m.format != KvFormat::kFp8Rows) {
-    return reader.key_error("fp8_scale", "only with format fp8-rows (the other formats have no per-tensor scale)",
+  if (root.contains("fp8_scale") && !kv_format_info(m.format).per_tensor_scale) {
+    return reader.key_error("fp8_scale", "only with a format that has a per-tensor scale (fp8-rows)",
                             fmt::format("fp8_scale with format {}", kv_format_name(m.format)));
   }
   m.fp8_scale = *fp8_scale;
@@ -273,7 +273,7 @@ std::string manifest_to_json(const ReplayManifest& m) {
     if (m.extra_cache) root["extra_cache"] = *m.extra_cache;
     if (m.extra_indices) root["extra_indices"] = *m.extra_indices;
     if (m.extra_lengths) root["extra_lengths"] = *m.extra_lengths;
-    if (m.format == KvFormat::kFp8Rows) root["fp8_scale"] = m.fp8_scale;
+    if (kv_format_info(m.format).per_tensor_scale) root["fp8_scale"] = m.fp8_scale;
     if (m.main_page_stride_bytes) root["main_page_stride_bytes"] = *m.main_page_stride_bytes;
     if (m.extra_page_stride_bytes) root["extra_page_stride_bytes"] = *m.extra_page_stride_bytes;
   } else {

@@ -1,5 +1,7 @@
 #include "src/cuda/sm90/sm90_attention.h"
 
+#include <array>
+
 namespace smla::cuda {
 
 bool sm90_kernels_built() {
@@ -10,15 +12,18 @@ bool sm90_kernels_built() {
 #endif
 }
 
+namespace {
+
+template <class... Rows>
+constexpr std::array<AttentionVariant (*)(), sizeof...(Rows)> sm90_variants(KvFormatList<Rows...>) {
+  return {&sm90_attention_variant_of<Rows>...};
+}
+
+}  // namespace
+
 AttentionVariant sm90_attention_variant(LoaderKind kind) {
-  switch (kind) {
-    case LoaderKind::kV4Fp8: return sm90_attention_variant_v4();
-    case LoaderKind::kV32Fp8: return sm90_attention_variant_v32();
-    case LoaderKind::kBf16Rows512: return sm90_attention_variant_bf16_512();
-    case LoaderKind::kBf16Rows576: return sm90_attention_variant_bf16_576();
-    case LoaderKind::kFp8Rows: break;
-  }
-  return sm90_attention_variant_fp8_rows();
+  static constexpr auto kVariants = sm90_variants(KernelRows{});
+  return kVariants[static_cast<std::size_t>(kind)]();
 }
 
 }  // namespace smla::cuda

@@ -9,10 +9,10 @@ namespace smla::cuda {
 
 // sm90_kernels_built() and sm90_attention_variant(kind) are declared in
 // sparse_attention_launch.h beside the portable variants.
-AttentionVariant sm90_attention_variant_v4();
-AttentionVariant sm90_attention_variant_v32();
-AttentionVariant sm90_attention_variant_bf16_512();
-AttentionVariant sm90_attention_variant_bf16_576();
-AttentionVariant sm90_attention_variant_fp8_rows();
+
+// The sm90 kernel's variant for row source Rows (an entry of KernelRows): defined
+// in sm90_variant.cuh, instantiated in the generated attention_sm90_<Rows>.cu.
+template <class Rows>
+AttentionVariant sm90_attention_variant_of();
 
 }  // namespace smla::cuda

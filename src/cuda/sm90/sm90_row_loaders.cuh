@@ -143,6 +143,10 @@ struct Bf16RowUnits : PlainRowUnits {
   __device__ static float unit_scale(const Scales&, int, float) { return 1.0f; }
 };
 
+// The sm90 kernel's units of a row source (an entry of KernelRows, sparse_attention_launch.h).
+template <class Rows>
+using UnitsOf = typename decltype(row_code_of<Rows, V4Units, V32Units, Fp8RowUnits, Bf16RowUnits>())::type;
+
 // One thread's share of one key: its raw units and the row's scales, held in
 // registers between the load (issued a round early) and the store.
 template <class Units>

@@ -1,5 +1,5 @@
-// Internal: builds the AttentionVariant of the sm90 kernel for one row format
-// (included by the per-format instantiation files only).
+// Internal: builds the AttentionVariant of the sm90 kernel for one row source
+// (included by the generated per-row-source instantiation files only).
 #pragma once
 
 #include "src/cuda/func_attributes.h"
@@ -55,3 +55,12 @@ AttentionVariant make_sm90_variant() {
 }
 
 }  // namespace smla::cuda::sm90
+
+namespace smla::cuda {
+
+template <class Rows>
+AttentionVariant sm90_attention_variant_of() {
+  return sm90::make_sm90_variant<sm90::UnitsOf<Rows>>();
+}
+
+}  // namespace smla::cuda

@@ -4,6 +4,7 @@
 // 512-dim cache formats the encoders write. Grid limits (2^31-1 tokens, 65535
 // head groups) are far above any model and stay checks of the implementations.
 #include "smla/kv_format.h"
+#include "src/layer/cache_rows.h"
 #include "src/layer/layer_ops.h"
 
 namespace smla::runtime {
@@ -34,7 +35,7 @@ Capabilities sm80(std::vector<KvFormat> formats, std::vector<int> d_qk, std::vec
 }  // namespace
 
 void add_cuda_layer_entries(std::vector<Entry>& rows) {
-  const std::vector<KvFormat> rows_512 = {KvFormat::kV4Fp8, KvFormat::kBf16Rows, KvFormat::kFp8Rows};
+  const std::vector<KvFormat> rows_512 = row_512_formats();
   auto add = [&](Op op, Capabilities caps, std::string_view summary, const void* functions) {
     rows.push_back(Entry{Implementation{op, "cuda", Backend::kCuda, 0, std::move(caps), summary}, nullptr, functions});
   };

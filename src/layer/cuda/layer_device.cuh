@@ -16,6 +16,7 @@
 #include "smla/kv_format.h"
 #include "smla/numeric.h"
 #include "src/core/kv_rows.h"
+#include "src/layer/cache_rows.h"
 #include "src/layer/cuda/layer_cuda_host.h"
 
 namespace smla::layer_cuda {
@@ -121,6 +122,21 @@ __device__ __forceinline__ std::uint8_t* page_of(const PagedCacheRef& cache, std
 // the production rule (kv_format.h), the same in every lane.
 __device__ __forceinline__ int warp_tile_exponent(float lane_amax) { return fp8_tile_exponent(warp_max(lane_amax)); }
 
+// Which row layouts warp_store_row_512 writes lane-parallel: V4's tiles (64
+// values, one UE8M0 byte each, a pad byte) and plain bf16 or scaled e4m3 rows.
+template <class Format>
+constexpr bool warp_v4_tiles() {
+  if constexpr (Format::kLayout == KvRowLayout::kTiledNopeRope) {
+    return Format::kTile == 2 * kWarpSize && Format::kNopeDim == kRope512FirstSlot * kWarpSize &&
+           Format::kScaleBytesPerTile == 1 && Format::kScaleBytes == Format::kNumTiles + 1;
+  }
+  return false;
+}
+template <class Format>
+inline constexpr bool kWarpPlainRows = Format::kLayout == KvRowLayout::kPlainRows &&
+                                       (Format::kStorage == DType::kBF16 ||
+                                        (Format::kStorage == DType::kE4M3 && Format::kPerTensorScale));
+
 // Encodes a warp row of 512 values (any f32; rounded to bf16 first) as token
 // `slot` of a 512-dim cache, byte-identical to detail::encode_token<Format>.
 template <class Format>
@@ -129,8 +145,7 @@ __device__ __forceinline__ void warp_store_row_512(const float (&v)[kRow512Slots
   const int lane = lane_id();
   std::int64_t entry = 0;
   std::uint8_t* page = page_of(cache, slot, &entry);
-  if constexpr (Format::kFormat == KvFormat::kV4Fp8) {
-    static_assert(Format::kTile == 2 * kWarpSize, "a tile is two register slots of the warp row");
+  if constexpr (warp_v4_tiles<Format>()) {  // a tile is two register slots of the warp row
     std::uint8_t* nope = page + Format::nope_offset(entry, cache.page_size);
     std::uint8_t* rope = page + Format::rope_offset(entry, cache.page_size);
     std::uint8_t* scales = page + Format::scale_offset(entry, cache.page_size);
@@ -150,17 +165,24 @@ __device__ __forceinline__ void warp_store_row_512(const float (&v)[kRow512Slots
       const int i = (k - kRope512FirstSlot) * kWarpSize + lane;
       detail::store_u16(rope + 2 * i, f32_to_bf16(v[k]));
     }
-  } else if constexpr (Format::kFormat == KvFormat::kBf16Rows) {
+  } else if constexpr (kWarpPlainRows<Format> && Format::kStorage == DType::kBF16) {
     std::uint8_t* out = page + entry * Format::kBytesPerToken;
 #pragma unroll
     for (int k = 0; k < kRow512Slots; ++k) detail::store_u16(out + 2 * (k * kWarpSize + lane), f32_to_bf16(v[k]));
-  } else {
-    static_assert(Format::kFormat == KvFormat::kFp8Rows, "a 512-dim format");
+  } else if constexpr (kWarpPlainRows<Format>) {
     std::uint8_t* out = page + entry * Format::kBytesPerToken;
 #pragma unroll
     for (int k = 0; k < kRow512Slots; ++k) {
       out[k * kWarpSize + lane] = f32_to_e4m3(__fdiv_rn(round_to_bf16(v[k]), cache.fp8_scale));
     }
+  } else {
+    // Any other layout: lane 0 gathers the row and writes it with the shared codec
+    // (exact, not fast; a lane-parallel branch above can follow).
+    float row[kRow512Slots * kWarpSize];
+    for (int k = 0; k < kRow512Slots; ++k) {
+      for (int from = 0; from < kWarpSize; ++from) row[k * kWarpSize + from] = __shfl_sync(kFullMask, v[k], from);
+    }
+    if (lane == 0) detail::encode_token<Format>(row, page, cache.page_size, entry, cache.fp8_scale);
   }
 }
 
@@ -188,16 +210,8 @@ __device__ __forceinline__ void warp_store_indexer_key(const float (&v)[kIndexer
   }
 }
 
-// Calls fn(Format{}) for a validated 512-dim cache format (host side, picks the kernel).
-template <class Fn>
-void visit_row_512_format(KvFormat format, Fn&& fn) {
-  switch (format) {
-    case KvFormat::kV4Fp8: fn(V4Fp8Format{}); return;
-    case KvFormat::kBf16Rows: fn(Bf16RowsFormat{}); return;
-    case KvFormat::kFp8Rows: fn(Fp8RowsFormat{}); return;
-    case KvFormat::kV32Fp8: return;  // rejected by check_row_cache_512
-  }
-}
+// Picks the kernel of a validated 512-dim cache format (host side).
+using layer_detail::visit_row_512_format;
 
 // True when no entry u in (t, n) of `slots` equals `slot`: of several stores
 // to one slot only the last in token order writes, as in a serial run. The
