@@ -4,7 +4,10 @@
 from . import _C
 from ._api import KvCache, cache_parts
 
-KV_FORMATS = ("v4-fp8", "v32-fp8", "bf16-rows", "fp8-rows")
+KV_FORMATS = tuple(_C.kv_formats())  # in the C++ enum order (the codes _C takes)
+# Byte-row formats by row length, for pages handed over without a format name.
+_BYTE_ROW_FORMATS = {info["row_elements"]: name for name, info in
+                     ((name, dict(_C.kv_format_info(name))) for name in KV_FORMATS) if info["storage_dtype"] == "u8"}
 
 
 def kv_format_info(name):
@@ -77,7 +80,7 @@ def _format_name(pages, code):
     if code >= 0:
         return KV_FORMATS[code]
     row = pages.shape[-1]
-    return {584: "v4-fp8", 656: "v32-fp8"}.get(row, "bf16-rows")
+    return _BYTE_ROW_FORMATS.get(row, "bf16-rows")
 
 
 def to_bf16(values):

@@ -1,6 +1,8 @@
 // KV formats (read from the traits in smla/kv_format.h) and the host codecs.
 #include <pybind11/pybind11.h>
 
+#include <string>
+
 #include "python/src/bindings.h"
 #include "python/src/py_tensor.h"
 #include "smla/codec.h"
@@ -9,6 +11,11 @@
 namespace smla::python {
 
 void bind_formats(py::module_& m) {
+  m.def("kv_formats", [] {  // names in KvFormat order: the one list in smla/kv_format.h
+    py::list names;
+    for (KvFormat format : kAllKvFormats) names.append(py::str(std::string(kv_format_name(format))));
+    return names;
+  });
   m.def("kv_format_info", [](const std::string& name) {
     const Expected<KvFormat> format = parse_kv_format(name);
     throw_if_error(format.status());

@@ -28,10 +28,10 @@ struct Entry {
 
 // The rows of each family: host rows, then CUDA rows (CUDA builds only).
 void add_attention_entries(std::vector<Entry>& rows);       // src/runtime/attention.cc
-void add_layer_entries(std::vector<Entry>& rows);           // src/layer
+void add_layer_entries(std::vector<Entry>& rows);           // src/runtime/layer
 void add_metadata_entries(std::vector<Entry>& rows);        // src/core/metadata
 void add_cuda_attention_entries(std::vector<Entry>& rows);  // src/cuda
-void add_cuda_layer_entries(std::vector<Entry>& rows);      // src/layer/cuda
+void add_cuda_layer_entries(std::vector<Entry>& rows);      // src/cuda/layer
 void add_cuda_metadata_entries(std::vector<Entry>& rows);   // src/cuda/metadata
 
 // Every row, sorted by op then priority (highest first).

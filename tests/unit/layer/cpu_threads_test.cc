@@ -13,7 +13,7 @@
 #include "smla/model.h"
 #include "src/cpu/simd_targets.h"
 #include "src/cpu/thread_pool.h"
-#include "src/layer/cpu/indexer_score.h"
+#include "src/cpu/layer/indexer_score.h"
 #include "tests/common/test_common.h"
 #include "tests/unit/layer/layer_test_util.h"
 
