@@ -6,6 +6,8 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <utility>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -105,6 +107,10 @@ struct Model::Impl {
   StepConfig step_config;
   KvFormatInfo format{};
   std::optional<Context> context;  // every op of a step runs in it
+  // The attention plan of each layer type for the last token count planned:
+  // every layer of that type, and every step of that many tokens (decode steps,
+  // graph capture), runs it without planning again.
+  std::map<std::pair<LayerType, std::int64_t>, AttentionPlan> attention_plans;
   std::unique_ptr<model_detail::ModelMemory> memory;
   DType gemm_dtype = DType::kF32;
   std::optional<RopeTable> swa_rope, compressed_rope;
@@ -170,6 +176,9 @@ struct Model::Impl {
                 const model_detail::Buffer& out) const;
   Status compress(const model_detail::ModelLayer& layer, const model_detail::StepShape& shape, bool indexer);
   SparseDecodeArgs attention_args(const model_detail::ModelLayer& layer, std::int64_t tokens) const;
+  // The layer type's plan for `tokens` tokens (made on first use).
+  Expected<const AttentionPlan*> attention_plan(const model_detail::ModelLayer& layer, const SparseDecodeArgs& args,
+                                                std::int64_t tokens);
   OutputProjectionArgs output_args(const model_detail::ModelLayer& layer, std::int64_t tokens) const;
   Status mark(std::size_t index, const model_detail::StepShape& shape);
 };

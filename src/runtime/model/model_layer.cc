@@ -244,10 +244,24 @@ SparseDecodeArgs Model::Impl::attention_args(const ModelLayer& layer, std::int64
   return a;
 }
 
+Expected<const AttentionPlan*> Model::Impl::attention_plan(const ModelLayer& layer, const SparseDecodeArgs& args,
+                                                           std::int64_t tokens) {
+  const auto key = std::make_pair(layer.type, tokens);
+  if (auto found = attention_plans.find(key); found != attention_plans.end()) return &found->second;
+  constexpr std::size_t kMaxPlans = 64;  // many prefill sizes: keep the table small, plans are cheap to redo
+  if (attention_plans.size() >= kMaxPlans) attention_plans.clear();
+  auto plan = plan_sparse_decode(*context, args);
+  if (!plan) return plan.status();
+  return &attention_plans.emplace(key, std::move(*plan)).first->second;
+}
+
 // 4. Sparse attention: every token is a row over the paged caches; the
 // sampled rows are staged for verification.
 Status Model::Impl::attend(const ModelLayer& layer, int l, const StepShape& shape) {
-  SMLA_RETURN_IF_ERROR(sparse_decode(*context, attention_args(layer, shape.tokens)).with_context("sparse_decode: "));
+  const SparseDecodeArgs args = attention_args(layer, shape.tokens);
+  auto plan = attention_plan(layer, args, shape.tokens);
+  if (!plan) return plan.status().with_context("sparse_decode plan: ");
+  SMLA_RETURN_IF_ERROR(sparse_decode(*context, **plan, args).with_context("sparse_decode: "));
   const model_detail::VerifyStage& v = verify_stage[static_cast<std::size_t>(l)];
   const std::int64_t q_row = static_cast<std::int64_t>(config.num_heads) * kHeadDim * 2;
   auto copy_row = [&](const Buffer& dst, std::int64_t dst_row, const Buffer& src, std::int64_t src_row,
