@@ -8,9 +8,7 @@
 #include <fmt/format.h>
 #include <pybind11/pybind11.h>
 
-#include <map>
 #include <optional>
-#include <utility>
 
 #include "python/src/bindings.h"
 #include "python/src/py_tensor.h"
@@ -108,18 +106,6 @@ void fill_prefill(PrefillCall& call, const py::handle& q, const py::handle& kv, 
   a.lse = t.view(lse, "lse", Access::kWrite);
 }
 
-// The calling thread's context of a backend and device (the device already
-// current for cuda), made on first use. Kept per thread so a call mutates its
-// stream and workspace without copying or locking.
-Expected<Context*> thread_context(Backend backend, int device) {
-  thread_local std::map<std::pair<Backend, int>, Context> contexts;
-  const auto key = std::make_pair(backend, backend == Backend::kCuda ? device : -1);
-  if (auto found = contexts.find(key); found != contexts.end()) return &found->second;
-  auto created = Context::create(backend);
-  if (!created) return created.status();
-  return &contexts.emplace(key, std::move(*created)).first->second;
-}
-
 // Runs a call in the thread's context; returns the workspace bytes still needed (0 = it ran).
 template <class Args, class RunFn, class SizeFn>
 std::size_t run(const Args& args, int backend_code, std::uintptr_t workspace, std::size_t workspace_bytes,
@@ -133,7 +119,7 @@ std::size_t run(const Args& args, int backend_code, std::uintptr_t workspace, st
     std::optional<ScopedDevice> device;
     if (backend == Backend::kCuda) device.emplace(args.q.device.index);
     auto context = device && !device->status().ok() ? Expected<Context*>(device->status())
-                                                    : thread_context(backend, args.q.device.index);
+                                                    : thread_context(backend);
     if (!context) {
       status = context.status();
     } else {
@@ -159,7 +145,7 @@ std::size_t workspace_size(const Args& args, int backend_code, SizeFn size_fn) {
   if (backend != Backend::kCuda) return 0;
   const ScopedDevice device(args.q.device.index);
   throw_if_error(device.status());
-  auto context = thread_context(backend, args.q.device.index);
+  auto context = thread_context(backend);
   throw_if_error(context.status());
   const Expected<std::size_t> size = size_fn(**context, args);
   throw_if_error(size.status());

@@ -29,14 +29,13 @@ BatchDescription batch_from(PyTensorArgs& t, const py::handle& batch) {
 }
 
 bool on_cuda(const TensorView& view) { return view.present() && view.device.kind == DeviceKind::kCuda; }
-// Runs call(context) in a cuda context on the caller's stream (the metadata
-// ops take no scratch, so the default context's copy serves every call).
+// Runs call(context) in the thread's cuda context on the caller's stream.
 template <class Call>
 Status on_device(std::uintptr_t stream, Call&& call) {
-  auto context = default_context(Backend::kCuda);
+  auto context = thread_context(Backend::kCuda);
   if (!context) return context.status();
-  context->set_stream(reinterpret_cast<void*>(stream));
-  return call(*context);
+  (*context)->set_stream(reinterpret_cast<void*>(stream));
+  return call(**context);
 }
 
 // A struct of int64 fields as a dict, keyed by the C++ field names.

@@ -1,5 +1,8 @@
 #include <fmt/format.h>
 
+#include <map>
+#include <utility>
+
 #include "python/src/bindings.h"
 
 #if defined(SMLA_HAS_CUDA)
@@ -25,6 +28,30 @@ Status switch_device(int device, int* previous) {
   (void)previous;
 #endif
   return Status::Ok();
+}
+
+namespace {
+
+int current_device_or_host(Backend backend) {
+#if defined(SMLA_HAS_CUDA)
+  int device = 0;
+  if (backend == Backend::kCuda && cudaGetDevice(&device) == cudaSuccess) return device;
+  cudaGetLastError();
+#else
+  (void)backend;
+#endif
+  return -1;
+}
+
+}  // namespace
+
+Expected<Context*> thread_context(Backend backend) {
+  thread_local std::map<std::pair<Backend, int>, Context> contexts;
+  const auto key = std::make_pair(backend, current_device_or_host(backend));
+  if (auto found = contexts.find(key); found != contexts.end()) return &found->second;
+  auto created = Context::create(backend);
+  if (!created) return created.status();
+  return &contexts.emplace(key, std::move(*created)).first->second;
 }
 
 }  // namespace smla::python

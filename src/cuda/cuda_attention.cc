@@ -108,7 +108,7 @@ Status check_device(const Context& context, const TensorView& q) {
     return invalid_argument("context", fmt::format("the current device cuda:{}", *current),
                             fmt::format("a context of cuda:{}", context.device().ordinal));
   }
-  return cuda::check_on_current_device(q.device.index, "q");
+  return cuda::check_on_device(q.device.index, *current, "q");
 }
 
 Expected<SparseAttentionParams> decode_params(const SparseDecodeArgs& args, const detail::DecodeShape& shape) {
@@ -160,7 +160,8 @@ cuda::AttentionShape attention_shape(const Problem& problem) {
   return {loader_for(problem), problem.tokens, problem.heads, problem.keys, problem.queries_per_request};
 }
 
-std::string plan_description(const AttentionPlan& plan) {
+std::string plan_description(const PlanState& state) {
+  const auto& plan = *static_cast<const AttentionPlan*>(state.data.get());
   std::string text = fmt::format("{}-row tiles x {} head blocks, {} splits, {} stages, {} K buffers, {} B shared memory",
                                  plan.variant.rows, plan.head_blocks, plan.num_splits, plan.kv_stages, plan.k_buffers,
                                  plan.smem_bytes);
@@ -175,7 +176,7 @@ Expected<PlanState> plan_family(const Context& context, const Problem& problem) 
   if (!plan) return plan.status();
   PlanState state;
   state.workspace_bytes = plan->workspace_bytes;
-  state.description = plan_description(*plan);
+  state.describe = &plan_description;
   state.data = std::make_shared<const AttentionPlan>(*plan);
   return state;
 }

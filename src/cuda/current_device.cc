@@ -12,24 +12,25 @@ Expected<int> current_device() {
   return device;
 }
 
-Status check_on_current_device(int index, std::string_view name) {
-  auto device = current_device();
-  if (!device) return device.status();
-  if (index != *device) {
-    return invalid_argument(name, fmt::format("tensors on the current device cuda:{}", *device),
+Status check_on_device(int index, int current, std::string_view name) {
+  if (index != current) {
+    return invalid_argument(name, fmt::format("tensors on the current device cuda:{}", current),
                             fmt::format("cuda:{}", index));
   }
   return Status::Ok();
+}
+
+Status check_on_current_device(int index, std::string_view name) {
+  auto device = current_device();
+  if (!device) return device.status();
+  return check_on_device(index, *device, name);
 }
 
 Status check_on_current_device(std::initializer_list<std::pair<const TensorView*, std::string_view>> tensors) {
   auto device = current_device();
   if (!device) return device.status();
   for (const auto& [tensor, name] : tensors) {
-    if (tensor->present() && tensor->device.index != *device) {
-      return invalid_argument(name, fmt::format("tensors on the current device cuda:{}", *device),
-                              fmt::format("cuda:{}", tensor->device.index));
-    }
+    if (tensor->present()) SMLA_RETURN_IF_ERROR(check_on_device(tensor->device.index, *device, name));
   }
   return Status::Ok();
 }

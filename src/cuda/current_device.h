@@ -14,6 +14,9 @@ namespace smla::cuda {
 // The calling thread's current device, or the CUDA error as a Status.
 Expected<int> current_device();
 
+// The device index `index` of the argument `name` is `current` (the current device, already read).
+Status check_on_device(int index, int current, std::string_view name);
+
 // The device index `index` of the argument `name` is the current device.
 Status check_on_current_device(int index, std::string_view name);
 

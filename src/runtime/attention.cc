@@ -37,16 +37,14 @@ std::size_t AttentionPlan::workspace_bytes() const { return state_ ? state_->pla
 
 std::string AttentionPlan::describe() const {
   if (!state_) return "an empty plan";
-  if (state_->plan.description.empty()) return std::string(implementation_->name);
-  return fmt::format("{}: {}", implementation_->name, state_->plan.description);
+  if (state_->plan.describe == nullptr) return std::string(implementation_->name);
+  return fmt::format("{}: {}", implementation_->name, state_->plan.describe(state_->plan));
 }
 
 namespace {
 
 using DecodeFunctions = runtime::PlannedFunctions<SparseDecodeArgs, detail::DecodeShape>;
 using PrefillFunctions = runtime::PlannedFunctions<SparsePrefillArgs, detail::PrefillShape>;
-
-DeviceKind device_of(Backend backend) { return backend == Backend::kCuda ? DeviceKind::kCuda : DeviceKind::kCpu; }
 
 Problem problem_of(const SparseDecodeArgs& args, const detail::DecodeShape& shape) {
   Problem problem;
@@ -100,22 +98,43 @@ std::string problem_string(const Problem& p) {
                      p.heads, p.d_qk, p.d_v, p.keys, p.queries_per_request, p.features);
 }
 
-// select -> plan, for a validated call.
+// The selected row and its plan for a validated call.
+struct Selected {
+  const runtime::Entry* entry = nullptr;
+  runtime::PlanState plan;
+};
+
 template <class Functions>
-Expected<AttentionPlan> plan_problem(const Context& context, const Problem& problem) {
+Expected<Selected> select_and_plan(const Context& context, const Problem& problem) {
   auto entry = runtime::select_entry(context, problem);
   if (!entry) return entry.status();
+  Selected selected{*entry, {}};
   const Functions& functions = runtime::functions_of<Functions>(**entry);
-  runtime::PlanState state;
   if (functions.plan != nullptr) {
     auto planned = functions.plan(context, problem);
     if (!planned) return planned.status();
-    state = std::move(*planned);
+    selected.plan = std::move(*planned);
   }
-  return AttentionPlanAccess::make(**entry, context, problem, std::move(state));
+  return selected;
 }
 
-// Runs a plan on a validated call whose problem is `problem`.
+template <class Functions>
+Expected<AttentionPlan> plan_problem(const Context& context, const Problem& problem) {
+  auto selected = select_and_plan<Functions>(context, problem);
+  if (!selected) return selected.status();
+  return AttentionPlanAccess::make(*selected->entry, context, problem, std::move(selected->plan));
+}
+
+// Scratch from the context, then the row's run.
+template <class Functions, class Args, class Shape>
+Status execute(const Context& context, const runtime::Entry& entry, const runtime::PlanState& plan, const Args& args,
+               const Shape& shape) {
+  auto scratch = context.scratch(plan.workspace_bytes);
+  if (!scratch) return scratch.status();
+  return runtime::functions_of<Functions>(entry).run(context, plan, args, shape, *scratch);
+}
+
+// Runs a caller's plan on a validated call whose problem is `problem`.
 template <class Functions, class Args, class Shape>
 Status run_plan(const Context& context, const AttentionPlan& plan, const Args& args, const Shape& shape,
                 const Problem& problem) {
@@ -131,33 +150,31 @@ Status run_plan(const Context& context, const AttentionPlan& plan, const Args& a
     return invalid_argument("args", fmt::format("the shapes of the plan ({})", problem_string(plan.problem())),
                             problem_string(problem));
   }
-  auto scratch = context.scratch(state->plan.workspace_bytes);
-  if (!scratch) return scratch.status();
-  return runtime::functions_of<Functions>(*state->entry).run(context, state->plan, args, shape, *scratch);
+  return execute<Functions>(context, *state->entry, state->plan, args, shape);
 }
 
 template <class Functions, class Args>
 Expected<AttentionPlan> plan_call(const Context& context, const Args& args) {
-  auto shape = validate(args, device_of(context.backend()));
+  auto shape = validate(args, runtime::tensor_device(context));
   if (!shape) return shape.status();
   return plan_problem<Functions>(context, problem_of(args, *shape));
 }
 
 template <class Functions, class Args>
 Status run_call(const Context& context, const AttentionPlan& plan, const Args& args) {
-  auto shape = validate(args, device_of(context.backend()));
+  auto shape = validate(args, runtime::tensor_device(context));
   if (!shape) return shape.status();
   return run_plan<Functions>(context, plan, args, *shape, problem_of(args, *shape));
 }
 
 template <class Functions, class Args>
 Status plan_and_run(const Context& context, const Args& args) {
-  auto shape = validate(args, device_of(context.backend()));
+  auto shape = validate(args, runtime::tensor_device(context));
   if (!shape) return shape.status();
-  const Problem problem = problem_of(args, *shape);
-  auto plan = plan_problem<Functions>(context, problem);
-  if (!plan) return plan.status();
-  return run_plan<Functions>(context, *plan, args, *shape, problem);
+  // A plan made for this very call needs none of run_plan's checks.
+  auto selected = select_and_plan<Functions>(context, problem_of(args, *shape));
+  if (!selected) return selected.status();
+  return execute<Functions>(context, *selected->entry, selected->plan, args, *shape);
 }
 
 template <class Functions, class Args>

@@ -16,7 +16,8 @@ namespace smla::runtime {
 struct PlanState {
   std::size_t workspace_bytes = 0;
   std::shared_ptr<const void> data;  // the implementation's own plan (nullptr when it has none)
-  std::string description;           // one line for `smla plan` and errors
+  // One line on the layout, formatted only when asked (AttentionPlan::describe); nullptr: none.
+  std::string (*describe)(const PlanState& plan) = nullptr;
 };
 
 // Ops that plan once and run many times (the attention ops). Args are

@@ -62,10 +62,11 @@ Expected<const Entry*> select_entry(const Context& context, const Problem& probl
   std::string reasons;
   const Entry* fitting = nullptr;  // the highest priority fit, preferred or not
   for (const Entry& entry : entries()) {
-    if (entry.info.op != problem.op) continue;
+    // Rows of other backends never run here: skip them before any reason is formatted.
+    if (entry.info.op != problem.op || entry.info.backend != context.backend()) continue;
     const std::string reason = unsupported_reason(entry.info, context, problem);
     if (!reason.empty()) {
-      if (entry.info.backend == context.backend()) reasons += fmt::format("; {}: {}", entry.info.name, reason);
+      reasons += fmt::format("; {}: {}", entry.info.name, reason);
       continue;
     }
     if (fitting == nullptr) fitting = &entry;

@@ -14,6 +14,7 @@
 
 #include "smla/context.h"
 #include "smla/registry.h"
+#include "smla/tensor.h"
 
 namespace smla::runtime {
 
@@ -33,6 +34,12 @@ void add_metadata_entries(std::vector<Entry>& rows);        // src/core/metadata
 void add_cuda_attention_entries(std::vector<Entry>& rows);  // src/cuda
 void add_cuda_layer_entries(std::vector<Entry>& rows);      // src/cuda/layer
 void add_cuda_metadata_entries(std::vector<Entry>& rows);   // src/cuda/metadata
+
+// Where an op's tensors live in a context: on the device for cuda, the host
+// otherwise (the front ends validate for it; host values are checked too).
+inline DeviceKind tensor_device(const Context& context) {
+  return context.backend() == Backend::kCuda ? DeviceKind::kCuda : DeviceKind::kCpu;
+}
 
 // Every row, sorted by op then priority (highest first).
 const std::vector<Entry>& entries();

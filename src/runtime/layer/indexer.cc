@@ -123,7 +123,7 @@ Status prepare_indexer_query(const IndexerQueryArgs& args, Backend backend) {
 }
 
 Status indexer_topk(const Context& context, const IndexerTopkArgs& args) {
-  auto shape = validate_indexer_topk(args, device_of(context));
+  auto shape = validate_indexer_topk(args, runtime::tensor_device(context));
   if (!shape) return shape.status().with_context("indexer_topk: ");
   if (shape->short_context) return fill_short_context_topk(args.positions, args.topk_indices);
   return run_layer_op(context, args, *shape).with_context("indexer_topk: ");

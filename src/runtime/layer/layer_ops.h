@@ -56,12 +56,6 @@ struct OutputShape {
   std::int64_t tokens = 0, heads = 0, groups = 0, rank = 0, hidden = 0;
 };
 
-// Where an op's tensors live for a context: kCuda for the cuda backend, the
-// CPU otherwise. Values are validated only on the CPU.
-inline DeviceKind device_of(const Context& context) {
-  return context.backend() == Backend::kCuda ? DeviceKind::kCuda : DeviceKind::kCpu;
-}
-
 // The front end's validation of each op for tensors on `device`.
 Expected<RopeShape> validate_rope(const RopeArgs& args, DeviceKind device);
 Expected<QueryShape> validate_query(const QueryPrepArgs& args, DeviceKind device);
@@ -105,13 +99,12 @@ Expected<const LayerFunctions<Args, Shape>*> select_layer_functions(const Contex
   return &runtime::functions_of<LayerFunctions<Args, Shape>>(**entry);
 }
 
-// Scratch bytes of the selected row (0 when it takes none).
+// Scratch bytes a row takes for validated args (0 when it takes none).
 template <class Args, class Shape>
-Expected<std::size_t> layer_workspace_size(const Context& context, const Args& args, const Shape& shape) {
-  auto functions = select_layer_functions(context, args, shape);
-  if (!functions) return functions.status();
-  if ((*functions)->workspace_size == nullptr) return std::size_t{0};
-  return (*functions)->workspace_size(context, args, shape);
+Expected<std::size_t> scratch_bytes(const LayerFunctions<Args, Shape>& functions, const Context& context,
+                                    const Args& args, const Shape& shape) {
+  if (functions.workspace_size == nullptr) return std::size_t{0};
+  return functions.workspace_size(context, args, shape);
 }
 
 // select -> scratch -> run, for validated args.
@@ -119,15 +112,18 @@ template <class Args, class Shape>
 Status run_layer_op(const Context& context, const Args& args, const Shape& shape) {
   auto functions = select_layer_functions(context, args, shape);
   if (!functions) return functions.status();
-  std::size_t bytes = 0;
-  if ((*functions)->workspace_size != nullptr) {
-    auto needed = (*functions)->workspace_size(context, args, shape);
-    if (!needed) return needed.status();
-    bytes = *needed;
-  }
-  auto scratch = context.scratch(bytes);
+  auto bytes = scratch_bytes(**functions, context, args, shape);
+  if (!bytes) return bytes.status();
+  auto scratch = context.scratch(*bytes);
   if (!scratch) return scratch.status();
   return (*functions)->run(context, args, shape, *scratch);
+}
+
+// Prefixes a failed status with the op's name ("prepare_query: "), formatting
+// nothing on success.
+inline Status named(Status status, std::string_view op, std::string_view suffix = "") {
+  if (status.ok()) return status;
+  return status.with_context(std::string(op) + std::string(suffix) + ": ");
 }
 
 // The whole front end of one op: validate for the context's device, then
@@ -135,21 +131,21 @@ Status run_layer_op(const Context& context, const Args& args, const Shape& shape
 template <class Args, class Shape>
 Status layer_entry(const Context& context, std::string_view op, const Args& args,
                    Expected<Shape> (*validate)(const Args&, DeviceKind)) {
-  const std::string prefix = std::string(op) + ": ";
-  auto shape = validate(args, device_of(context));
-  if (!shape) return shape.status().with_context(prefix);
-  return run_layer_op(context, args, *shape).with_context(prefix);
+  auto shape = validate(args, runtime::tensor_device(context));
+  if (!shape) return named(shape.status(), op);
+  return named(run_layer_op(context, args, *shape), op);
 }
 
 // The workspace query of one op (validation as layer_entry).
 template <class Args, class Shape>
 Expected<std::size_t> layer_entry_workspace_size(const Context& context, std::string_view op, const Args& args,
                                                  Expected<Shape> (*validate)(const Args&, DeviceKind)) {
-  const std::string prefix = std::string(op) + "_workspace_size: ";
-  auto shape = validate(args, device_of(context));
-  if (!shape) return shape.status().with_context(prefix);
-  auto bytes = layer_workspace_size(context, args, *shape);
-  if (!bytes) return bytes.status().with_context(prefix);
+  auto shape = validate(args, runtime::tensor_device(context));
+  if (!shape) return named(shape.status(), op, "_workspace_size");
+  auto functions = select_layer_functions(context, args, *shape);
+  if (!functions) return named(functions.status(), op, "_workspace_size");
+  auto bytes = scratch_bytes(**functions, context, args, *shape);
+  if (!bytes) return named(bytes.status(), op, "_workspace_size");
   return *bytes;
 }
 
