@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "src/cuda/cublaslt_gemm.h"
-#include "src/cuda/ptx.cuh"
+#include "src/cuda/common/cublaslt_gemm.h"
+#include "src/cuda/common/ptx.cuh"
 
 namespace smla::bench {
 namespace {

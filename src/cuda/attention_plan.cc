@@ -11,7 +11,7 @@
 #include <tuple>
 
 #include "src/cuda/pack_union.h"
-#include "src/cuda/sparse_attention_params.h"
+#include "src/cuda/common/sparse_attention_params.h"
 
 namespace smla::cuda {
 namespace {

@@ -11,8 +11,8 @@
 #include "smla/attention.h"
 #include "src/core/attention_validate.h"
 #include "src/cuda/attention_plan.h"
-#include "src/cuda/current_device.h"
-#include "src/cuda/sparse_attention_params.h"
+#include "src/cuda/common/current_device.h"
+#include "src/cuda/common/sparse_attention_params.h"
 #include "src/runtime/op_tables.h"
 #include "src/runtime/registry_internal.h"
 

@@ -18,9 +18,9 @@
 #include <climits>
 #include <cstdint>
 
-#include "src/cuda/func_attributes.h"
+#include "src/cuda/common/func_attributes.h"
 #include "src/cuda/pack_union.h"
-#include "src/cuda/sparse_attention_kernel.cuh"
+#include "src/cuda/sm80/sparse_attention_kernel.cuh"
 
 namespace smla::cuda {
 namespace {

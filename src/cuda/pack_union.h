@@ -8,7 +8,7 @@
 
 #include <cstddef>
 
-#include "src/cuda/sparse_attention_params.h"
+#include "src/cuda/common/sparse_attention_params.h"
 
 namespace smla::cuda {
 

@@ -7,7 +7,7 @@
 #include <cstdint>
 
 #include "smla/kv_format.h"
-#include "src/cuda/sparse_attention_params.h"
+#include "src/cuda/common/sparse_attention_params.h"
 
 namespace smla::cuda {
 
@@ -71,7 +71,7 @@ AttentionVariant attention_variant_of(int rows);
 bool sm90_kernels_built();
 AttentionVariant sm90_attention_variant(LoaderKind kind);
 
-// attention_variant_of<Rows> for the row source `kind` (src/cuda/attention_variants.cc).
+// attention_variant_of<Rows> for the row source `kind` (src/cuda/sm80/attention_variants.cc).
 AttentionVariant attention_variant(LoaderKind kind, int rows);
 
 // Merges the num_splits partials of every (token, head) and adds the sink.

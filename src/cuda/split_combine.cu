@@ -6,7 +6,7 @@
 
 #include <cmath>
 
-#include "src/cuda/attention_epilogue.cuh"
+#include "src/cuda/common/attention_epilogue.cuh"
 #include "src/cuda/sparse_attention_launch.h"
 
 namespace smla::cuda {

@@ -25,7 +25,7 @@
 #include <type_traits>
 
 #include "smla/numeric.h"
-#include "src/cuda/current_device.h"
+#include "src/cuda/common/current_device.h"
 #include "src/runtime/layer/layer_ops.h"
 
 namespace smla {

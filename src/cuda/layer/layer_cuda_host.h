@@ -17,7 +17,7 @@
 #include "smla/rope.h"
 #include "smla/status.h"
 #include "smla/tensor.h"
-#include "src/cuda/current_device.h"
+#include "src/cuda/common/current_device.h"
 
 namespace smla::layer_cuda {
 

@@ -13,8 +13,8 @@
 #include <cstdint>
 
 #include "smla/kv_format.h"
-#include "src/cuda/cublaslt_gemm.h"
-#include "src/cuda/current_device.h"
+#include "src/cuda/common/cublaslt_gemm.h"
+#include "src/cuda/common/current_device.h"
 #include "src/cuda/layer/output_projection_kernels.h"
 #include "src/runtime/layer/layer_ops.h"
 

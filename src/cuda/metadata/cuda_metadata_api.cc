@@ -13,7 +13,7 @@
 #include "src/core/metadata/metadata_functions.h"
 #include "src/core/metadata/metadata_rules.h"
 #include "src/core/metadata/view_checks.h"
-#include "src/cuda/current_device.h"
+#include "src/cuda/common/current_device.h"
 #include "src/cuda/metadata/metadata_params.h"
 
 namespace smla {

@@ -1,5 +1,5 @@
 // The Hopper (sm_90a) sparse MLA attention kernel: same contract and params as
-// the portable kernel (src/cuda/sparse_attention_kernel.cuh), for 64-head tiles.
+// the portable kernel (src/cuda/sm80/sparse_attention_kernel.cuh), for 64-head tiles.
 //
 // One CTA = one query token x 64 heads x one split of the token's keys, three
 // warpgroups working on 64-key tiles:
@@ -25,11 +25,11 @@
 #include <cmath>
 #include <cstdint>
 
-#include "src/cuda/attention_epilogue.cuh"
+#include "src/cuda/common/attention_epilogue.cuh"
 #include "src/cuda/sm90/sm90_ptx.cuh"
 #include "src/cuda/sm90/sm90_row_loaders.cuh"
 #include "src/cuda/sm90/wgmma_ops.cuh"
-#include "src/cuda/sparse_attention_kernel.cuh"
+#include "src/cuda/sm80/sparse_attention_kernel.cuh"
 
 namespace smla::cuda::sm90 {
 

@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "src/cuda/ptx.cuh"
+#include "src/cuda/common/ptx.cuh"
 
 namespace smla::cuda::sm90 {
 

@@ -15,9 +15,9 @@
 
 #include "smla/kv_format.h"
 #include "smla/numeric.h"
-#include "src/cuda/kv_loaders.cuh"
+#include "src/cuda/common/kv_loaders.cuh"
 #include "src/cuda/sm90/sm90_ptx.cuh"
-#include "src/cuda/sparse_attention_params.h"
+#include "src/cuda/common/sparse_attention_params.h"
 
 namespace smla::cuda::sm90 {
 

@@ -2,7 +2,7 @@
 // (included by the generated per-row-source instantiation files only).
 #pragma once
 
-#include "src/cuda/func_attributes.h"
+#include "src/cuda/common/func_attributes.h"
 #include "src/cuda/sm90/sm90_attention.h"
 #include "src/cuda/sm90/sm90_attention_kernel.cuh"
 

@@ -7,7 +7,7 @@
 #include <cmath>
 
 #include "smla/numeric.h"
-#include "src/cuda/cublaslt_gemm.h"
+#include "src/cuda/common/cublaslt_gemm.h"
 
 namespace smla::model_detail {
 namespace {

@@ -1,4 +1,4 @@
-// The two e4m3 -> bf16 expansions of src/cuda/kv_loaders.cuh must agree bit for
+// The two e4m3 -> bf16 expansions of src/cuda/common/kv_loaders.cuh must agree bit for
 // bit: the f32 route (any scale) and the bf16x2 route the Hopper kernel uses for
 // UE8M0 scales. Every (code, scale byte) pair, and every code against a list of
 // f32 scales on the f32 route, is checked on the device; the expected values
@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "smla/numeric.h"
-#include "src/cuda/kv_loaders.cuh"
+#include "src/cuda/common/kv_loaders.cuh"
 #include "testkit/cuda/device_copy.h"
 
 namespace smla::cuda {

@@ -18,7 +18,7 @@
 #include "smla/indexer.h"
 #include "smla/layer.h"
 #include "smla/numeric.h"
-#include "src/cuda/cublaslt_gemm.h"
+#include "src/cuda/common/cublaslt_gemm.h"
 #include "tests/common/test_common.h"
 #include "testkit/cuda/device_copy.h"
 #include "tests/unit/layer/layer_test_util.h"

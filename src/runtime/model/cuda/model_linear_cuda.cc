@@ -1,5 +1,5 @@
 // The model's projections GEMM on cuda: cuBLASLt, bf16 operands, f32 out.
-#include "src/cuda/cublaslt_gemm.h"
+#include "src/cuda/common/cublaslt_gemm.h"
 #include "src/runtime/model/model_kernels.h"
 
 namespace smla::model_detail {

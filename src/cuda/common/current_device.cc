@@ -1,4 +1,4 @@
-#include "src/cuda/current_device.h"
+#include "src/cuda/common/current_device.h"
 
 #include <cuda_runtime.h>
 #include <fmt/format.h>

@@ -2,8 +2,8 @@
 // the generated per-row-source instantiation files only).
 #pragma once
 
-#include "src/cuda/func_attributes.h"
-#include "src/cuda/sparse_attention_kernel.cuh"
+#include "src/cuda/common/func_attributes.h"
+#include "src/cuda/sm80/sparse_attention_kernel.cuh"
 #include "src/cuda/sparse_attention_launch.h"
 
 namespace smla::cuda {

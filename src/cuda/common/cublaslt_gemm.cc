@@ -1,7 +1,7 @@
 // The cuBLASLt GEMM wrapper (cublaslt_gemm.h). Row-major out = A . B^T is the
 // column-major product out^T = B . A^T, so B goes in cuBLASLt's first slot
 // (transposed: "TN"), A in the second, and out keeps its layout.
-#include "src/cuda/cublaslt_gemm.h"
+#include "src/cuda/common/cublaslt_gemm.h"
 
 #include <cublasLt.h>
 #include <cuda_runtime.h>

@@ -1,4 +1,4 @@
-#include "src/cuda/func_attributes.h"
+#include "src/cuda/common/func_attributes.h"
 
 #include <map>
 #include <mutex>

@@ -15,8 +15,8 @@
 #include <cmath>
 #include <cstdint>
 
-#include "src/cuda/ptx.cuh"
-#include "src/cuda/sparse_attention_params.h"
+#include "src/cuda/common/ptx.cuh"
+#include "src/cuda/common/sparse_attention_params.h"
 
 namespace smla::cuda {
 

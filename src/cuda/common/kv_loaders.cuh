@@ -10,8 +10,8 @@
 #include <type_traits>
 
 #include "smla/kv_format.h"
-#include "src/cuda/ptx.cuh"
-#include "src/cuda/sparse_attention_params.h"
+#include "src/cuda/common/ptx.cuh"
+#include "src/cuda/common/sparse_attention_params.h"
 
 namespace smla::cuda {
 

@@ -26,10 +26,10 @@
 #include <cmath>
 #include <cstdint>
 
-#include "src/cuda/attention_epilogue.cuh"
-#include "src/cuda/kv_loaders.cuh"
-#include "src/cuda/ptx.cuh"
-#include "src/cuda/sparse_attention_params.h"
+#include "src/cuda/common/attention_epilogue.cuh"
+#include "src/cuda/common/kv_loaders.cuh"
+#include "src/cuda/common/ptx.cuh"
+#include "src/cuda/common/sparse_attention_params.h"
 
 namespace smla::cuda {
 
