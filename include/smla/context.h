@@ -52,6 +52,14 @@ struct TuningOptions {
   // sm90 kernel: a token's head blocks start together (token-major block
   // order). SMLA_SM90_BLOCK_ORDER=grid keeps the launch order.
   bool sm90_token_major = true;
+  // sm90 kernel: the two consumer warpgroups take alternate key tiles, each
+  // with its own Q K^T and softmax (auto: launches that do not prefetch rows
+  // into L2, i.e. longer splits). SMLA_SM90_PINGPONG=on|off|auto.
+  Switch sm90_ping_pong = Switch::kAuto;
+  // cpu backend: threads an op runs on, the calling thread included; 0 = one
+  // per CPU this process may run on. Results never depend on it.
+  // SMLA_NUM_THREADS (a positive integer).
+  int cpu_threads = 0;
 
   // The defaults, overridden by the environment variables above. An
   // unrecognised value is an error naming the variable.
@@ -74,6 +82,17 @@ class Context {
   // tuning defaults to TuningOptions::from_environment().
   static Expected<Context> create(Backend backend = Backend::kAuto);
   static Expected<Context> create(Backend backend, const TuningOptions& tuning);
+
+  // A context for a device that need not be present (a machine without a GPU,
+  // planning ahead for another card): ops check every argument against
+  // `device`, select and plan for it and answer workspace queries, but run
+  // nothing. A call whose arguments pass returns Unimplemented; no memory
+  // is allocated (a caller workspace is still checked). The backend must be
+  // compiled in; kAuto is refused. Limits of a kernel launch itself (grid
+  // extents) are checked only when a call runs.
+  static Expected<Context> create_validating(Backend backend, const DeviceProperties& device,
+                                             const TuningOptions& tuning = {});
+  bool validates_only() const { return validates_only_; }
 
   Backend backend() const { return backend_; }
   const DeviceProperties& device() const { return device_; }
@@ -102,8 +121,9 @@ class Context {
   std::size_t workspace_bytes() const { return workspace_bytes_; }
 
   // `bytes` of scratch for one op: the caller's workspace, or the owned buffer
-  // grown to at least that. Fails when the caller's is smaller or an
-  // allocation fails. Ops call this; users normally do not.
+  // grown to at least that (nullptr in a validating context, which allocates
+  // nothing). Fails when the caller's is smaller or an allocation fails. Ops
+  // call this; users normally do not.
   Expected<void*> scratch(std::size_t bytes) const;
 
   struct OwnedWorkspace;  // the grown buffer, shared by copies
@@ -118,6 +138,7 @@ class Context {
   void* workspace_ = nullptr;
   std::size_t workspace_bytes_ = 0;
   bool caller_workspace_ = false;
+  bool validates_only_ = false;
   std::shared_ptr<OwnedWorkspace> owned_;
 };
 

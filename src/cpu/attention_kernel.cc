@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "src/core/kv_rows.h"
-#include "src/cpu/attention_params.h"
+#include "src/cpu/attention_kernel.h"
 #include "src/cpu/simd_targets.h"
 
 #undef HWY_TARGET_INCLUDE
@@ -42,6 +42,10 @@ HWY_BEFORE_NAMESPACE();
 namespace smla::cpu {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
+
+using detail::AttentionOperands;
+using detail::KeySetOperands;
+using detail::RowSource;
 
 using DF = hn::ScalableTag<float>;
 using VF = hn::Vec<DF>;
@@ -161,21 +165,23 @@ HWY_INLINE void DecodeRow(const KeyRow& row, int d_qk, float* HWY_RESTRICT dst) 
 
 // The attended rows of `token`, main set first, each in index order.
 template <class FORMAT>
-void CollectRows(const AttentionParams& p, std::int64_t token, std::vector<KeyRow>* rows) {
+void CollectRows(const AttentionOperands& p, std::int64_t token, std::vector<KeyRow>* rows) {
   rows->clear();
   for (int s = 0; s < p.num_sets; ++s) {
-    const KeySetParams& set = p.sets[s];
+    const KeySetOperands& set = p.sets[s];
     if (set.indices == nullptr) continue;
     std::int64_t length = set.width;
-    if (set.lengths != nullptr) length = std::clamp<std::int64_t>(set.lengths[token * set.stride_lengths], 0, set.width);
+    if (set.lengths != nullptr) {
+      length = std::clamp<std::int64_t>(set.lengths[token * set.stride_lengths_t], 0, set.width);
+    }
     const std::int32_t* indices = set.indices + token * set.stride_indices_t;
     for (std::int64_t j = 0; j < length; ++j) {
       const std::int64_t index = indices[j];
-      if (index < 0 || index >= set.num_rows) continue;
+      if (index < 0 || index >= set.num_slots) continue;
       if constexpr (std::is_same_v<FORMAT, FlatBf16Rows>) {
-        rows->push_back({set.base + index * set.row_stride_bytes, nullptr, nullptr, 1.0f});
+        rows->push_back({set.pages + index * set.row_stride_bytes, nullptr, nullptr, 1.0f});
       } else {
-        const std::uint8_t* page = set.base + (index / set.page_size) * set.page_stride_bytes;
+        const std::uint8_t* page = set.pages + (index / set.page_size) * set.page_stride_bytes;
         rows->push_back(RowOfEntry<FORMAT>(page, index % set.page_size, set.page_size, set.fp8_scale));
       }
     }
@@ -358,7 +364,7 @@ void SoftmaxChunk(float* scores, int heads, int num_keys, float scale, float* ru
 }
 
 // q (bf16) of `heads` heads into padded f32 rows (unscaled: see SoftmaxChunk).
-void LoadQueries(const AttentionParams& p, std::int64_t token, std::int64_t head, int heads, std::int64_t row_len,
+void LoadQueries(const AttentionOperands& p, std::int64_t token, std::int64_t head, int heads, std::int64_t row_len,
                  float* dst) {
   const DF df;
   const int n = static_cast<int>(hn::Lanes(df));
@@ -373,7 +379,7 @@ void LoadQueries(const AttentionParams& p, std::int64_t token, std::int64_t head
   }
 }
 
-void FinishHeads(const AttentionParams& p, std::int64_t token, std::int64_t head_begin, std::int64_t heads,
+void FinishHeads(const AttentionOperands& p, std::int64_t token, std::int64_t head_begin, std::int64_t heads,
                  bool empty, const float* acc, std::int64_t acc_len, const float* running_max,
                  const float* running_sum) {
   constexpr float kInf = std::numeric_limits<float>::infinity();
@@ -403,7 +409,7 @@ void FinishHeads(const AttentionParams& p, std::int64_t token, std::int64_t head
 }
 
 template <class FORMAT>
-void Attend(const AttentionParams& p, std::int64_t token, std::int64_t head_begin, std::int64_t head_end) {
+void Attend(const AttentionOperands& p, std::int64_t token, std::int64_t head_begin, std::int64_t head_end) {
   const std::int64_t row_len = round_up(p.d_qk, kRowAlign);
   const std::int64_t acc_len = round_up(p.d_v, kRowAlign);  // <= row_len: V is the row's prefix
   const std::int64_t heads = head_end - head_begin;
@@ -439,13 +445,14 @@ void Attend(const AttentionParams& p, std::int64_t token, std::int64_t head_begi
               scratch.running_sum.data());
 }
 
-void AttendTokenHeads(const AttentionParams& params, std::int64_t token, std::int64_t head_begin,
+void AttendTokenHeads(const AttentionOperands& operands, std::int64_t token, std::int64_t head_begin,
                       std::int64_t head_end) {
-  if (params.source == RowSource::kFlatBf16) {
-    Attend<FlatBf16Rows>(params, token, head_begin, head_end);
+  if (operands.source == RowSource::kFlatBf16) {
+    Attend<FlatBf16Rows>(operands, token, head_begin, head_end);
     return;
   }
-  visit_kv_format(params.format, [&](auto format) { Attend<decltype(format)>(params, token, head_begin, head_end); });
+  visit_kv_format(operands.format,
+                  [&](auto format) { Attend<decltype(format)>(operands, token, head_begin, head_end); });
 }
 
 std::int64_t CurrentTarget() { return HWY_TARGET; }
@@ -460,9 +467,9 @@ namespace smla::cpu {
 HWY_EXPORT(AttendTokenHeads);
 HWY_EXPORT(CurrentTarget);
 
-void attend_token_heads(const AttentionParams& params, std::int64_t token, std::int64_t head_begin,
+void attend_token_heads(const detail::AttentionOperands& operands, std::int64_t token, std::int64_t head_begin,
                         std::int64_t head_end) {
-  HWY_DYNAMIC_DISPATCH(AttendTokenHeads)(params, token, head_begin, head_end);
+  HWY_DYNAMIC_DISPATCH(AttendTokenHeads)(operands, token, head_begin, head_end);
 }
 
 std::vector<SimdTarget> available_simd_targets() {

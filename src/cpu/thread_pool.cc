@@ -4,7 +4,6 @@
 
 #include <atomic>
 #include <condition_variable>
-#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -35,9 +34,11 @@ class ThreadPool {
     for (int w = 1; w < threads; ++w) workers_.emplace_back([this, w, current] { worker_loop(w, current); });
   }
 
-  void run(std::int64_t count, const std::function<void(std::int64_t, int)>& fn) {
+  // Runs fn over [0, count) on `participants` threads (the caller and workers
+  // 1..participants-1; the others wake and go back to sleep).
+  void run(std::int64_t count, int participants, const std::function<void(std::int64_t, int)>& fn) {
     if (count <= 0) return;
-    if (workers_.empty() || count == 1) {
+    if (workers_.empty() || participants <= 1 || count == 1) {
       for (std::int64_t i = 0; i < count; ++i) fn(i, 0);
       return;
     }
@@ -46,6 +47,7 @@ class ThreadPool {
       job_ = &fn;
       count_ = count;
       next_.store(0);
+      participants_ = participants;
       busy_ = static_cast<int>(workers_.size());
       ++generation_;
     }
@@ -69,7 +71,7 @@ class ThreadPool {
         if (stopping_) return;
         seen = generation_;
       }
-      drain(worker);
+      if (worker < participants_) drain(worker);
       {
         std::lock_guard<std::mutex> lock(mutex_);
         if (--busy_ == 0) done_.notify_one();
@@ -94,6 +96,7 @@ class ThreadPool {
   const std::function<void(std::int64_t, int)>* job_ = nullptr;
   std::int64_t count_ = 0;
   std::atomic<std::int64_t> next_{0};
+  int participants_ = 1;  // written under mutex_ before the generation changes
   int busy_ = 0;
   std::uint64_t generation_ = 0;
   bool stopping_ = false;
@@ -102,6 +105,7 @@ class ThreadPool {
 std::mutex g_pool_mutex;  // serializes parallel_for callers and resizes
 std::unique_ptr<ThreadPool> g_pool;
 thread_local bool t_inside_pool_job = false;
+thread_local int t_thread_limit = 0;  // ScopedThreadLimit; 0 = the pool's size
 
 ThreadPool& pool_locked() {
   if (!g_pool) g_pool = std::make_unique<ThreadPool>(default_num_threads());
@@ -111,10 +115,6 @@ ThreadPool& pool_locked() {
 }  // namespace
 
 int default_num_threads() {
-  if (const char* env = std::getenv("SMLA_NUM_THREADS")) {
-    const int n = std::atoi(env);
-    if (n > 0) return n;
-  }
   cpu_set_t set;
   if (sched_getaffinity(0, sizeof set, &set) == 0) {
     const int n = CPU_COUNT(&set);
@@ -125,9 +125,15 @@ int default_num_threads() {
 }
 
 int num_threads() {
+  if (t_thread_limit > 0) return t_thread_limit;
   std::lock_guard<std::mutex> lock(g_pool_mutex);
   return pool_locked().size();
 }
+
+ScopedThreadLimit::ScopedThreadLimit(int threads) : previous_(t_thread_limit) {
+  t_thread_limit = threads > 0 ? threads : 0;
+}
+ScopedThreadLimit::~ScopedThreadLimit() { t_thread_limit = previous_; }
 
 void set_num_threads(int n) {
   std::lock_guard<std::mutex> lock(g_pool_mutex);
@@ -141,8 +147,11 @@ void parallel_for(std::int64_t count, const std::function<void(std::int64_t, int
   }
   std::lock_guard<std::mutex> lock(g_pool_mutex);
   ThreadPool& pool = pool_locked();
+  // A limit above the pool's size grows it: the caller asked for that many threads.
+  if (t_thread_limit > pool.size()) pool.resize(t_thread_limit);
+  const int participants = t_thread_limit > 0 ? t_thread_limit : pool.size();
   t_inside_pool_job = true;
-  pool.run(count, [&](std::int64_t item, int worker) {
+  pool.run(count, participants, [&](std::int64_t item, int worker) {
     const bool outer = t_inside_pool_job;
     t_inside_pool_job = true;
     fn(item, worker);

@@ -175,7 +175,7 @@ bool sm90_tiles_preferred(const AttentionShape& shape, const DeviceProperties& d
 Expected<AttentionPlan> plan_attention(KernelFamily family, const AttentionShape& shape, const DeviceProperties& device,
                                        const TuningOptions& tuning) {
   AttentionPlan plan;
-  plan.flags = LaunchFlags{tuning.sm90_pair_head_blocks, tuning.sm90_token_major};
+  plan.flags = LaunchFlags{tuning.sm90_pair_head_blocks, tuning.sm90_token_major, false};
   int rows = kMaxTileRows;
   if (family == KernelFamily::kSm90) {
     plan.variant = sm90_attention_variant(shape.kind);
@@ -206,6 +206,11 @@ Expected<AttentionPlan> plan_attention(KernelFamily family, const AttentionShape
   const std::int64_t tiles = std::max<std::int64_t>((shape.num_keys + kKeysPerTile - 1) / kKeysPerTile, 1);
   plan.num_splits = static_cast<int>(std::clamp<std::int64_t>(std::min(slots / blocks, tiles), 1, kMaxSplits));
   plan.prefetch_rows = prefetch_rows_wanted(blocks * plan.num_splits, slots, tuning.sm90_prefetch);
+  if (family == KernelFamily::kSm90) {
+    plan.flags.ping_pong = tuning.sm90_ping_pong == TuningOptions::Switch::kOn ||
+                           (tuning.sm90_ping_pong == TuningOptions::Switch::kAuto && !plan.prefetch_rows);
+    if (plan.flags.ping_pong) plan.prefetch_rows = false;  // the ping-pong consumers never prefetch
+  }
   plan.chain_combine = plan.num_splits > 1 && device.compute_capability >= 90;
   plan.workspace_bytes = planned_workspace_bytes(plan, shape);
   return plan;

@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "smla/attention.h"
+#include "src/core/attention_operands.h"
 #include "src/core/attention_validate.h"
 #include "src/cuda/attention_plan.h"
 #include "src/cuda/common/current_device.h"
@@ -28,10 +29,6 @@ bool aligned(const void* pointer, std::uintptr_t alignment) {
   return reinterpret_cast<std::uintptr_t>(pointer) % alignment == 0;
 }
 
-std::int64_t stride_bytes(const TensorView& view, int dim) {
-  return view.stride[static_cast<std::size_t>(dim)] * static_cast<std::int64_t>(dtype_size(view.dtype));
-}
-
 // The kernels copy rows with 16-byte cp.async: page bases and row strides must allow it.
 Status check_row_alignment(std::string_view name, const void* base, std::int64_t page_stride, std::int64_t row_stride) {
   if (!aligned(base, 16) || page_stride % 16 != 0 || row_stride % 16 != 0) {
@@ -41,58 +38,68 @@ Status check_row_alignment(std::string_view name, const void* base, std::int64_t
   return Status::Ok();
 }
 
-Expected<KvSourceParams> source_params(std::string_view name, const KvCacheView& cache, const TensorView& indices,
-                                       const TensorView& lengths) {
+// Plain-row formats and the flat workspace address rows by the tensor's row stride; packed FP8
+// formats place them by the traits (all 16-byte multiples), whatever that stride is.
+bool rows_at_tensor_stride(const detail::AttentionOperands& operands) {
+  return operands.source == detail::RowSource::kFlatBf16 ||
+         kv_format_info(operands.format).layout == KvRowLayout::kPlainRows;
+}
+
+Expected<KvSourceParams> source_params(const detail::AttentionOperands& operands, const detail::KeySetOperands& set) {
+  const std::int64_t page_stride = set.num_pages > 1 ? set.page_stride_bytes : 0;
+  const std::int64_t row_stride = rows_at_tensor_stride(operands) ? set.row_stride_bytes : 0;
+  SMLA_RETURN_IF_ERROR(check_row_alignment(set.argument_name, set.pages, page_stride, row_stride));
   KvSourceParams src;
-  src.pages = static_cast<const std::uint8_t*>(cache.pages.data);
-  src.page_stride_bytes = cache.page_stride_bytes();
-  src.row_stride_bytes = stride_bytes(cache.pages, 1);
-  src.page_size = cache.page_size();
-  src.num_slots = cache.num_slots();
-  src.fp8_scale = cache.fp8_scale;
-  src.indices = static_cast<const std::int32_t*>(indices.data);
-  src.stride_indices_t = indices.stride[0];
-  src.topk = static_cast<int>(indices.shape[1]);
-  if (lengths.present()) {
-    src.lengths = static_cast<const std::int32_t*>(lengths.data);
-    src.stride_lengths_t = lengths.stride[0];
-  }
-  if (src.num_slots > INT32_MAX) src.num_slots = INT32_MAX;  // int32 indices cannot address more
-  // Packed FP8 formats place rows by the traits (all 16-byte multiples); plain rows use the tensor's row stride.
-  const bool plain_rows = kv_format_info(cache.format).layout == KvRowLayout::kPlainRows;
-  const std::int64_t page_stride = cache.num_pages() > 1 ? src.page_stride_bytes : 0;
-  SMLA_RETURN_IF_ERROR(check_row_alignment(name, src.pages, page_stride, plain_rows ? src.row_stride_bytes : 0));
+  src.pages = set.pages;
+  src.page_stride_bytes = set.page_stride_bytes;
+  src.row_stride_bytes = set.row_stride_bytes;
+  src.page_size = set.page_size;
+  src.num_slots = std::min<std::int64_t>(set.num_slots, INT32_MAX);  // int32 indices cannot address more
+  src.fp8_scale = set.fp8_scale;
+  src.indices = set.indices;
+  src.stride_indices_t = set.stride_indices_t;
+  src.topk = static_cast<int>(set.width);
+  src.lengths = set.lengths;
+  src.stride_lengths_t = set.stride_lengths_t;
   return src;
 }
 
-void set_outputs(const TensorView& out, const TensorView& lse, SparseAttentionParams* p) {
-  p->out = static_cast<std::uint16_t*>(out.data);
-  p->stride_out_t = out.stride[0];
-  p->stride_out_h = out.stride[1];
-  p->out_aligned_4 = aligned(out.data, 4) && out.stride[0] % 2 == 0 && out.stride[1] % 2 == 0;
-  if (lse.present()) {
-    p->lse = static_cast<float*>(lse.data);
-    p->stride_lse_t = lse.stride[0];
-    p->stride_lse_h = lse.stride[1];
+// `token_noun` names T in the error ("tokens" for decode, "queries" for prefill).
+Expected<SparseAttentionParams> kernel_params(const detail::AttentionOperands& operands, std::string_view token_noun) {
+  if (operands.num_tokens > INT32_MAX) {
+    return invalid_argument("q", fmt::format("at most 2^31-1 {}", token_noun), std::to_string(operands.num_tokens));
   }
-}
-
-void set_query(const TensorView& q, const TensorView& sink, float softmax_scale, SparseAttentionParams* p) {
-  p->q = static_cast<const std::uint16_t*>(q.data);
-  p->stride_q_t = q.stride[0];
-  p->stride_q_h = q.stride[1];
-  p->q_aligned_16 = aligned(q.data, 16) && q.stride[0] % 8 == 0 && q.stride[1] % 8 == 0;
-  p->num_tokens = static_cast<int>(q.shape[0]);
-  p->num_heads = static_cast<int>(q.shape[1]);
-  if (sink.present()) {
-    p->sink = static_cast<const float*>(sink.data);
-    p->stride_sink = sink.stride[0];
-  }
+  SparseAttentionParams p;
+  p.q = operands.q;
+  p.stride_q_t = operands.stride_q_t;
+  p.stride_q_h = operands.stride_q_h;
+  p.q_aligned_16 = aligned(p.q, 16) && p.stride_q_t % 8 == 0 && p.stride_q_h % 8 == 0;
+  p.num_tokens = static_cast<int>(operands.num_tokens);
+  p.num_heads = static_cast<int>(operands.num_heads);
+  p.sink = operands.sink;
+  p.stride_sink = operands.stride_sink;
   // softmax_scale is finite and > 0 (validated); above ~2.4e38 its log2(e) multiple
   // would overflow, and FLT_MAX differs from it only for raw score differences
   // below 1e-36 (docs/attention.md).
-  p->scale_log2 = std::min(softmax_scale * cuda::kLog2e, std::numeric_limits<float>::max());
-  p->softmax_scale = softmax_scale;
+  p.scale_log2 = std::min(operands.softmax_scale * cuda::kLog2e, std::numeric_limits<float>::max());
+  p.softmax_scale = operands.softmax_scale;
+  for (int s = 0; s < operands.num_sets; ++s) {
+    auto source = source_params(operands, operands.sets[s]);
+    if (!source) return source.status();
+    p.source[s] = *source;
+  }
+  p.num_sources = operands.num_sets;
+  p.out = operands.out;
+  p.stride_out_t = operands.stride_out_t;
+  p.stride_out_h = operands.stride_out_h;
+  p.out_aligned_4 = aligned(p.out, 4) && p.stride_out_t % 2 == 0 && p.stride_out_h % 2 == 0;
+  p.lse = operands.lse;
+  p.stride_lse_t = operands.stride_lse_t;
+  p.stride_lse_h = operands.stride_lse_h;
+  p.max_logits = operands.max_logits;
+  p.stride_max_t = operands.stride_max_t;
+  p.stride_max_h = operands.stride_max_h;
+  return p;
 }
 
 LoaderKind loader_for(const Problem& problem) {
@@ -100,60 +107,21 @@ LoaderKind loader_for(const Problem& problem) {
   return cuda::flat_bf16_loader_kind(problem.d_qk);
 }
 
-// Tensors on the context's device, which is the calling thread's current one.
-Status check_device(const Context& context, const TensorView& q) {
-  auto current = cuda::current_device();
-  if (!current) return current.status();
-  if (*current != context.device().ordinal) {
-    return invalid_argument("context", fmt::format("the current device cuda:{}", *current),
-                            fmt::format("a context of cuda:{}", context.device().ordinal));
-  }
-  return cuda::check_on_device(q.device.index, *current, "q");
+// Every tensor on the context's device, which is the calling thread's current one.
+Status check_devices(const Context& context, const SparseDecodeArgs& args) {
+  const TensorView no_tensor;
+  const TensorView& extra_pages = args.extra_cache.has_value() ? args.extra_cache->pages : no_tensor;
+  return cuda::check_on_context_device(
+      context, {{&args.q, "q"}, {&args.main_cache.pages, "main_cache"}, {&args.main_indices, "main_indices"},
+                {&args.main_lengths, "main_lengths"}, {&extra_pages, "extra_cache"},
+                {&args.extra_indices, "extra_indices"}, {&args.extra_lengths, "extra_lengths"}, {&args.sink, "sink"},
+                {&args.out, "out"}, {&args.lse, "lse"}});
 }
 
-Expected<SparseAttentionParams> decode_params(const SparseDecodeArgs& args, const detail::DecodeShape& shape) {
-  if (shape.num_tokens > INT32_MAX) return invalid_argument("q", "at most 2^31-1 tokens", std::to_string(shape.num_tokens));
-  SparseAttentionParams p;
-  set_query(args.q, args.sink, args.softmax_scale, &p);
-  auto main_source = source_params("main_cache", args.main_cache, args.main_indices, args.main_lengths);
-  if (!main_source) return main_source.status();
-  p.source[0] = *main_source;
-  if (args.extra_cache.has_value()) {
-    auto extra_source = source_params("extra_cache", *args.extra_cache, args.extra_indices, args.extra_lengths);
-    if (!extra_source) return extra_source.status();
-    p.source[1] = *extra_source;
-    p.num_sources = 2;
-  }
-  set_outputs(args.out, args.lse, &p);
-  return p;
-}
-
-Expected<SparseAttentionParams> prefill_params(const SparsePrefillArgs& args, const detail::PrefillShape& shape) {
-  if (shape.num_queries > INT32_MAX) return invalid_argument("q", "at most 2^31-1 queries", std::to_string(shape.num_queries));
-  SparseAttentionParams p;
-  set_query(args.q, args.sink, args.softmax_scale, &p);
-  // The flat workspace is one page of s_kv rows.
-  KvSourceParams& src = p.source[0];
-  src.pages = static_cast<const std::uint8_t*>(args.kv.data);
-  src.page_stride_bytes = 0;
-  src.row_stride_bytes = stride_bytes(args.kv, 0);
-  src.page_size = shape.num_kv > 0 ? shape.num_kv : 1;
-  src.num_slots = shape.num_kv > INT32_MAX ? INT32_MAX : shape.num_kv;
-  src.indices = static_cast<const std::int32_t*>(args.indices.data);
-  src.stride_indices_t = args.indices.stride[0];
-  src.topk = static_cast<int>(shape.topk);
-  if (args.topk_length.present()) {
-    src.lengths = static_cast<const std::int32_t*>(args.topk_length.data);
-    src.stride_lengths_t = args.topk_length.stride[0];
-  }
-  SMLA_RETURN_IF_ERROR(check_row_alignment("kv", src.pages, 0, src.row_stride_bytes));
-  set_outputs(args.out, args.lse, &p);
-  if (args.max_logits.present()) {
-    p.max_logits = static_cast<float*>(args.max_logits.data);
-    p.stride_max_t = args.max_logits.stride[0];
-    p.stride_max_h = args.max_logits.stride[1];
-  }
-  return p;
+Status check_devices(const Context& context, const SparsePrefillArgs& args) {
+  return cuda::check_on_context_device(
+      context, {{&args.q, "q"}, {&args.kv, "kv"}, {&args.indices, "indices"}, {&args.topk_length, "topk_length"},
+                {&args.sink, "sink"}, {&args.out, "out"}, {&args.max_logits, "max_logits"}, {&args.lse, "lse"}});
 }
 
 cuda::AttentionShape attention_shape(const Problem& problem) {
@@ -167,6 +135,7 @@ std::string plan_description(const PlanState& state) {
                                  plan.smem_bytes);
   if (plan.pack_tokens > 1) text += fmt::format(", {} tokens packed per CTA", plan.pack_tokens);
   if (plan.prefetch_rows) text += ", L2 prefetch";
+  if (plan.flags.ping_pong) text += ", ping-pong consumers";
   return text + fmt::format(", {} B scratch", plan.workspace_bytes);
 }
 
@@ -189,16 +158,16 @@ Status launch(const Context& context, const PlanState& state, SparseAttentionPar
 
 Status run_decode(const Context& context, const PlanState& state, const SparseDecodeArgs& args,
                   const detail::DecodeShape& shape, void* scratch) {
-  SMLA_RETURN_IF_ERROR(check_device(context, args.q));
-  auto params = decode_params(args, shape);
+  SMLA_RETURN_IF_ERROR(check_devices(context, args));
+  auto params = kernel_params(detail::decode_operands(args, shape), "tokens");
   if (!params) return params.status();
   return launch(context, state, *params, scratch);
 }
 
 Status run_prefill(const Context& context, const PlanState& state, const SparsePrefillArgs& args,
                    const detail::PrefillShape& shape, void* scratch) {
-  SMLA_RETURN_IF_ERROR(check_device(context, args.q));
-  auto params = prefill_params(args, shape);
+  SMLA_RETURN_IF_ERROR(check_devices(context, args));
+  auto params = kernel_params(detail::prefill_operands(args, shape), "queries");
   if (!params) return params.status();
   return launch(context, state, *params, scratch);
 }

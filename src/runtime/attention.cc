@@ -8,6 +8,7 @@
 
 #include "src/core/attention_validate.h"
 #include "src/cpu/cpu_attention.h"
+#include "src/cpu/thread_pool.h"
 #include "src/reference/reference_ops.h"
 #include "src/runtime/op_tables.h"
 #include "src/runtime/registry_internal.h"
@@ -131,6 +132,8 @@ Status execute(const Context& context, const runtime::Entry& entry, const runtim
                const Shape& shape) {
   auto scratch = context.scratch(plan.workspace_bytes);
   if (!scratch) return scratch.status();
+  SMLA_RETURN_IF_ERROR(runtime::check_runs(context));
+  const cpu::ScopedThreadLimit threads(context.tuning().cpu_threads);
   return runtime::functions_of<Functions>(entry).run(context, plan, args, shape, *scratch);
 }
 

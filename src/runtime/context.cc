@@ -2,10 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <charconv>
 #include <cstdlib>
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string_view>
 #include <utility>
 
@@ -41,6 +43,14 @@ Expected<TuningOptions::Switch> read_switch(const char* name, TuningOptions::Swi
   return bad_variable(name, "on, off or auto", text);
 }
 
+// "12" -> 12; anything but a positive decimal int (signs, spaces, overflow) -> nullopt.
+std::optional<int> positive_int(std::string_view text) {
+  int value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc() || end != text.data() + text.size() || value <= 0) return std::nullopt;
+  return value;
+}
+
 // The current device of a compiled-in backend, or why the backend cannot run here.
 Expected<DeviceProperties> usable_device(Backend resolved) {
   const runtime::BackendRuntime* hooks = runtime::backend_runtime(resolved);
@@ -67,6 +77,9 @@ Expected<TuningOptions> TuningOptions::from_environment() {
   auto prefetch = read_switch("SMLA_SM90_PREFETCH", Switch::kAuto);
   if (!prefetch) return prefetch.status();
   options.sm90_prefetch = *prefetch;
+  auto ping_pong = read_switch("SMLA_SM90_PINGPONG", Switch::kAuto);
+  if (!ping_pong) return ping_pong.status();
+  options.sm90_ping_pong = *ping_pong;
   auto pair = read_switch("SMLA_SM90_PAIR", Switch::kOn);
   if (!pair) return pair.status();
   options.sm90_pair_head_blocks = *pair != Switch::kOff;
@@ -74,6 +87,11 @@ Expected<TuningOptions> TuningOptions::from_environment() {
     const std::string_view text(order);
     if (text != "grid" && text != "token") return bad_variable("SMLA_SM90_BLOCK_ORDER", "grid or token", text);
     options.sm90_token_major = text == "token";
+  }
+  if (const char* threads = std::getenv("SMLA_NUM_THREADS"); threads != nullptr && *threads != '\0') {
+    auto count = positive_int(threads);
+    if (!count) return bad_variable("SMLA_NUM_THREADS", "a positive integer (threads of the cpu backend)", threads);
+    options.cpu_threads = *count;
   }
   return options;
 }
@@ -97,6 +115,39 @@ Expected<Context> Context::create(Backend backend, const TuningOptions& tuning) 
   return context;
 }
 
+Expected<Context> Context::create_validating(Backend backend, const DeviceProperties& device,
+                                            const TuningOptions& tuning) {
+  if (backend == Backend::kAuto) {
+    return invalid_argument("backend", "a named backend (a validating context has no device to resolve kAuto on)",
+                            backend_name(backend));
+  }
+  if (runtime::backend_runtime(backend) == nullptr) {
+    return unimplemented(fmt::format("backend '{}' is not compiled into this build", backend_name(backend)));
+  }
+  if (backend == Backend::kCuda && (device.compute_capability <= 0 || device.multiprocessors <= 0 ||
+                                    device.shared_memory_per_block <= 0 || device.ordinal < 0)) {
+    return invalid_argument("device",
+                            "a cuda device's properties (ordinal >= 0, compute capability, multiprocessors and shared "
+                            "memory per block > 0)",
+                            fmt::format("ordinal {}, compute capability {}, {} multiprocessors, {} B shared memory",
+                                        device.ordinal, device.compute_capability, device.multiprocessors,
+                                        device.shared_memory_per_block));
+  }
+  Context context;
+  context.backend_ = backend;
+  context.device_ = device;
+  if (backend != Backend::kCuda) {
+    auto host = runtime::host_runtime().current_device();
+    if (!host) return host.status();
+    context.device_ = *host;
+  }
+  context.tuning_ = tuning;
+  context.validates_only_ = true;
+  context.owned_ = std::make_shared<OwnedWorkspace>();
+  context.owned_->runtime = runtime::backend_runtime(backend);
+  return context;
+}
+
 Expected<void*> Context::scratch(std::size_t bytes) const {
   if (bytes == 0) return static_cast<void*>(nullptr);
   if (caller_workspace_) {
@@ -109,6 +160,7 @@ Expected<void*> Context::scratch(std::size_t bytes) const {
     }
     return workspace_;
   }
+  if (validates_only_) return static_cast<void*>(nullptr);
   OwnedWorkspace& owned = *owned_;
   std::lock_guard<std::mutex> lock(owned.mutex);
   if (owned.bytes < bytes) {
@@ -156,6 +208,13 @@ Status with_default_context(Backend backend, const std::function<Status(const Co
   return call(**context);
 }
 
-}  // namespace runtime
+Status check_runs(const Context& context) {
+  if (!context.validates_only()) return Status::Ok();
+  return unimplemented(fmt::format(
+      "running in a validating context (Context::create_validating, {} on '{}'): the arguments passed every check, "
+      "nothing ran",
+      backend_name(context.backend()), context.device().name));
+}
 
+}  // namespace runtime
 }  // namespace smla

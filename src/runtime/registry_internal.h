@@ -64,6 +64,11 @@ const BackendRuntime* backend_runtime(Backend backend);  // nullptr when not com
 const BackendRuntime& host_runtime();                    // reference and cpu
 const BackendRuntime* cuda_runtime();                    // CUDA builds only; defined in src/cuda
 
+// The last step of an op before it touches memory or a device: Ok, or, in a
+// validating context (Context::create_validating), Unimplemented saying the
+// arguments passed and nothing ran.
+Status check_runs(const Context& context);
+
 // Runs call(context) in the calling thread's default_context(backend): the
 // one-call entries without a Context.
 Status with_default_context(Backend backend, const std::function<Status(const Context&)>& call);

@@ -6,9 +6,10 @@
 
 #include "smla/metadata.h"
 #include "smla/numeric.h"
+#include "src/core/argument_checks.h"
 #include "src/core/kv_rows.h"
 #include "src/core/metadata/metadata_rules.h"
-#include "src/core/metadata/view_checks.h"
+#include "src/core/strided_access.h"
 
 namespace smla {
 
@@ -78,10 +79,8 @@ void run_jobs(const KvCacheView& cache, const std::vector<GatherJob>& jobs, std:
 Status validate_gather(const KvCacheView& cache, const std::vector<GatherJob>& jobs, std::int64_t offset,
                        const TensorView& out, std::string_view table_name) {
   SMLA_RETURN_IF_ERROR(validate_kv_cache(cache, "cache"));
-  if (cache.pages.device.kind != DeviceKind::kCpu) {
-    return invalid_argument("cache.pages", "a host (cpu) tensor", cache.pages.describe());
-  }
-  SMLA_RETURN_IF_ERROR(detail::check_host_view(out, "out", DType::kBF16, 3));
+  SMLA_RETURN_IF_ERROR(detail::check_device(cache.pages, "cache.pages", DeviceKind::kCpu));
+  SMLA_RETURN_IF_ERROR(detail::check_strided_tensor(out, "out", DType::kBF16, 3));
   SMLA_RETURN_IF_ERROR(detail::check_extent(out, "out", 2, kv_format_info(cache.format).head_dim));
   if (offset < 0 || offset > out.shape[1]) {
     return out_of_range("offset", fmt::format("a value in [0, out rows = {}]", out.shape[1]), std::to_string(offset));
@@ -109,10 +108,10 @@ Status gather_jobs(const KvCacheView& cache, const std::vector<GatherJob>& jobs,
 
 Status dequantize_and_gather(const KvCacheView& cache, const TensorView& seq_lens, const TensorView& gather_lens,
                              const TensorView& block_table, std::int64_t offset, const TensorView& out) {
-  SMLA_RETURN_IF_ERROR(detail::check_host_view(seq_lens, "seq_lens", DType::kI32, 1));
+  SMLA_RETURN_IF_ERROR(detail::check_strided_tensor(seq_lens, "seq_lens", DType::kI32, 1));
   const std::int64_t batch = seq_lens.shape[0];
   if (gather_lens.present()) {
-    SMLA_RETURN_IF_ERROR(detail::check_host_view(gather_lens, "gather_lens", DType::kI32, 1));
+    SMLA_RETURN_IF_ERROR(detail::check_strided_tensor(gather_lens, "gather_lens", DType::kI32, 1));
     SMLA_RETURN_IF_ERROR(detail::check_extent(gather_lens, "gather_lens", 0, batch));
   }
   SMLA_RETURN_IF_ERROR(detail::check_block_table(block_table, "block_table", batch));

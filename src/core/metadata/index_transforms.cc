@@ -2,8 +2,9 @@
 #include <fmt/format.h>
 
 #include "smla/metadata.h"
+#include "src/core/argument_checks.h"
 #include "src/core/metadata/metadata_rules.h"
-#include "src/core/metadata/view_checks.h"
+#include "src/core/strided_access.h"
 
 namespace smla {
 
@@ -23,12 +24,12 @@ Status check_block_size(std::int64_t block_size) {
 Status check_conversion(const TensorView& local, std::string_view local_name, const TensorView& req_ids,
                         std::string_view req_name, const TensorView& table, const TensorView& out,
                         std::string_view out_name) {
-  SMLA_RETURN_IF_ERROR(detail::check_host_view(local, local_name, DType::kI32, 2));
+  SMLA_RETURN_IF_ERROR(detail::check_strided_tensor(local, local_name, DType::kI32, 2));
   const std::int64_t n = local.shape[0];
-  SMLA_RETURN_IF_ERROR(detail::check_host_view(req_ids, req_name, DType::kI32, 1));
+  SMLA_RETURN_IF_ERROR(detail::check_strided_tensor(req_ids, req_name, DType::kI32, 1));
   SMLA_RETURN_IF_ERROR(detail::check_extent(req_ids, req_name, 0, n));
   SMLA_RETURN_IF_ERROR(detail::check_block_table(table, "block_table", 0));
-  SMLA_RETURN_IF_ERROR(detail::check_host_view(out, out_name, DType::kI32, 2));
+  SMLA_RETURN_IF_ERROR(detail::check_strided_tensor(out, out_name, DType::kI32, 2));
   SMLA_RETURN_IF_ERROR(detail::check_min_extent(out, out_name, 0, n));
   return detail::check_extent(out, out_name, 1, local.shape[1]);
 }
@@ -44,10 +45,10 @@ Status c4a_global_topk_indices(const TensorView& local_topk, const TensorView& t
   const std::int64_t n = local_topk.shape[0];
   const std::int64_t k = local_topk.shape[1];
   if (is_valid_token.present()) {
-    SMLA_RETURN_IF_ERROR(detail::check_host_view(is_valid_token, "is_valid_token", DType::kU8, 1));
+    SMLA_RETURN_IF_ERROR(detail::check_strided_tensor(is_valid_token, "is_valid_token", DType::kU8, 1));
     SMLA_RETURN_IF_ERROR(detail::check_extent(is_valid_token, "is_valid_token", 0, n));
   }
-  SMLA_RETURN_IF_ERROR(detail::check_host_view(lens_out, "lens_out", DType::kI32, 1));
+  SMLA_RETURN_IF_ERROR(detail::check_strided_tensor(lens_out, "lens_out", DType::kI32, 1));
   SMLA_RETURN_IF_ERROR(detail::check_min_extent(lens_out, "lens_out", 0, n));
 
   for (std::int64_t t = 0; t < n; ++t) {
@@ -72,7 +73,7 @@ Expected<const TensorView*> mixed_group_table(const BatchDescription& batch, Lay
     if (!batch.c4_block_table.present()) {
       return invalid_argument("batch.c4_block_table", "present for a C4A layer", "absent");
     }
-    SMLA_RETURN_IF_ERROR(detail::check_host_view(c4a_local_topk, "c4a_local_topk", DType::kI32, 2));
+    SMLA_RETURN_IF_ERROR(detail::check_strided_tensor(c4a_local_topk, "c4a_local_topk", DType::kI32, 2));
     SMLA_RETURN_IF_ERROR(detail::check_min_extent(c4a_local_topk, "c4a_local_topk", 0, tokens));
     SMLA_RETURN_IF_ERROR(detail::check_extent(c4a_local_topk, "c4a_local_topk", 1, topk_width));
     return &batch.c4_block_table;
@@ -89,14 +90,14 @@ Expected<const TensorView*> mixed_group_table(const BatchDescription& batch, Lay
 
 Status check_mixed_outputs(const TensorView& out_indices, const TensorView& out_lens, std::int64_t tokens,
                            std::int64_t width) {
-  SMLA_RETURN_IF_ERROR(detail::check_host_view(out_indices, "out_indices", DType::kI32, 2));
+  SMLA_RETURN_IF_ERROR(detail::check_strided_tensor(out_indices, "out_indices", DType::kI32, 2));
   SMLA_RETURN_IF_ERROR(detail::check_min_extent(out_indices, "out_indices", 0, tokens));
   SMLA_RETURN_IF_ERROR(detail::check_extent(out_indices, "out_indices", 1, width));
   if (out_indices.stride[0] % 4 != 0 || out_indices.stride[1] != 1) {
     return invalid_argument("out_indices", "contiguous rows whose stride is a multiple of 4 elements (16 bytes)",
                             out_indices.describe());
   }
-  SMLA_RETURN_IF_ERROR(detail::check_host_view(out_lens, "out_lens", DType::kI32, 1));
+  SMLA_RETURN_IF_ERROR(detail::check_strided_tensor(out_lens, "out_lens", DType::kI32, 1));
   return detail::check_min_extent(out_lens, "out_lens", 0, tokens);
 }
 
@@ -177,7 +178,7 @@ Status v32_request_to_global_indices(const TensorView& req_indices, const Tensor
   const std::int64_t n = req_indices.shape[0];
   const std::int64_t k = req_indices.shape[1];
   if (valid_counts.present()) {
-    SMLA_RETURN_IF_ERROR(detail::check_host_view(valid_counts, "valid_counts", DType::kI32, 1));
+    SMLA_RETURN_IF_ERROR(detail::check_strided_tensor(valid_counts, "valid_counts", DType::kI32, 1));
     SMLA_RETURN_IF_ERROR(detail::check_min_extent(valid_counts, "valid_counts", 0, n));
   }
   for (std::int64_t t = 0; t < n; ++t) {

@@ -3,8 +3,9 @@
 // the host forms).
 #include <array>
 
+#include "src/core/argument_checks.h"
 #include "src/core/metadata/metadata_functions.h"
-#include "src/core/metadata/view_checks.h"
+#include "src/core/strided_access.h"
 #include "src/runtime/registry_internal.h"
 
 namespace smla {
@@ -23,7 +24,7 @@ Expected<const MetadataFunctions*> metadata_functions(const Context& context) {
 // The host builder, then its counts into `counts` (error word 0).
 Status host_build_step_metadata(const Context&, const BatchDescription& batch, const StepConfig& config,
                                 const StepMetadataBuffers& out, const TensorView& counts) {
-  SMLA_RETURN_IF_ERROR(detail::check_host_view(counts, "counts", DType::kI64, 1));
+  SMLA_RETURN_IF_ERROR(detail::check_strided_tensor(counts, "counts", DType::kI64, 1));
   SMLA_RETURN_IF_ERROR(detail::check_min_extent(counts, "counts", 0, kStepCountFields));
   auto built = build_step_metadata(batch, config, out);
   if (!built) return built.status();

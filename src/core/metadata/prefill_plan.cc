@@ -5,8 +5,9 @@
 #include <algorithm>
 
 #include "smla/metadata.h"
+#include "src/core/argument_checks.h"
 #include "src/core/metadata/metadata_rules.h"
-#include "src/core/metadata/view_checks.h"
+#include "src/core/strided_access.h"
 
 namespace smla {
 
@@ -173,15 +174,15 @@ Status combine_topk_swa_indices(const BatchDescription& batch, const StepConfig&
   if (*type == LayerType::kSwaOnly) {
     if (topk.present()) return invalid_argument("topk", "absent for a SWA-only layer", topk.describe());
   } else {
-    SMLA_RETURN_IF_ERROR(detail::check_host_view(topk, "topk", DType::kI32, 2));
+    SMLA_RETURN_IF_ERROR(detail::check_strided_tensor(topk, "topk", DType::kI32, 2));
     SMLA_RETURN_IF_ERROR(detail::check_min_extent(topk, "topk", 0, tokens));
     SMLA_RETURN_IF_ERROR(detail::check_extent(topk, "topk", 1, topk_width));
   }
   const std::int64_t width = combined_index_width(config, *type);
-  SMLA_RETURN_IF_ERROR(detail::check_host_view(out_indices, "out_indices", DType::kI32, 2));
+  SMLA_RETURN_IF_ERROR(detail::check_strided_tensor(out_indices, "out_indices", DType::kI32, 2));
   SMLA_RETURN_IF_ERROR(detail::check_min_extent(out_indices, "out_indices", 0, tokens));
   SMLA_RETURN_IF_ERROR(detail::check_extent(out_indices, "out_indices", 1, width));
-  SMLA_RETURN_IF_ERROR(detail::check_host_view(out_lens, "out_lens", DType::kI32, 1));
+  SMLA_RETURN_IF_ERROR(detail::check_strided_tensor(out_lens, "out_lens", DType::kI32, 1));
   SMLA_RETURN_IF_ERROR(detail::check_min_extent(out_lens, "out_lens", 0, tokens));
 
   std::int64_t row = 0;

@@ -4,8 +4,9 @@
 #include <algorithm>
 
 #include "smla/metadata.h"
+#include "src/core/argument_checks.h"
 #include "src/core/metadata/metadata_rules.h"
-#include "src/core/metadata/view_checks.h"
+#include "src/core/strided_access.h"
 
 namespace smla {
 
@@ -13,8 +14,8 @@ using detail::at1;
 using detail::cdiv;
 using detail::check_block_table;
 using detail::check_extent;
-using detail::check_host_view;
 using detail::check_min_extent;
+using detail::check_strided_tensor;
 using detail::row_ptr;
 using detail::table_row;
 
@@ -131,8 +132,8 @@ Status check_step_tables(const BatchDescription& batch, const StepConfig& config
 
 Expected<StepCounts> describe_step(const BatchDescription& batch, const StepConfig& config) {
   SMLA_RETURN_IF_ERROR(validate_step_config(config));
-  SMLA_RETURN_IF_ERROR(check_host_view(batch.query_lens, "batch.query_lens", DType::kI32, 1));
-  SMLA_RETURN_IF_ERROR(check_host_view(batch.seq_lens, "batch.seq_lens", DType::kI32, 1));
+  SMLA_RETURN_IF_ERROR(check_strided_tensor(batch.query_lens, "batch.query_lens", DType::kI32, 1));
+  SMLA_RETURN_IF_ERROR(check_strided_tensor(batch.seq_lens, "batch.seq_lens", DType::kI32, 1));
   StepCounts c;
   c.num_reqs = batch.query_lens.shape[0];
   SMLA_RETURN_IF_ERROR(check_extent(batch.seq_lens, "batch.seq_lens", 0, c.num_reqs));
@@ -145,7 +146,7 @@ Expected<StepCounts> describe_step(const BatchDescription& batch, const StepConf
                         std::to_string(batch.num_tokens));
   }
   if (batch.token_valid.present()) {
-    SMLA_RETURN_IF_ERROR(check_host_view(batch.token_valid, "batch.token_valid", DType::kU8, 1));
+    SMLA_RETURN_IF_ERROR(check_strided_tensor(batch.token_valid, "batch.token_valid", DType::kU8, 1));
     SMLA_RETURN_IF_ERROR(check_extent(batch.token_valid, "batch.token_valid", 0, c.num_tokens));
   }
   SMLA_RETURN_IF_ERROR(check_step_tables(batch, config, c));
@@ -172,12 +173,12 @@ Expected<StepMetadataSizes> step_metadata_sizes(const BatchDescription& batch, c
 namespace {
 
 Status check_vector(const TensorView& v, std::string_view name, DType dtype, std::int64_t rows) {
-  SMLA_RETURN_IF_ERROR(check_host_view(v, name, dtype, 1));
+  SMLA_RETURN_IF_ERROR(check_strided_tensor(v, name, dtype, 1));
   return check_min_extent(v, name, 0, rows);
 }
 
 Status check_matrix(const TensorView& v, std::string_view name, std::int64_t rows, std::int64_t width) {
-  SMLA_RETURN_IF_ERROR(check_host_view(v, name, DType::kI32, 2));
+  SMLA_RETURN_IF_ERROR(check_strided_tensor(v, name, DType::kI32, 2));
   SMLA_RETURN_IF_ERROR(check_min_extent(v, name, 0, rows));
   return check_extent(v, name, 1, width);
 }

@@ -11,12 +11,15 @@
 
 #include "src/cpu/thread_pool.h"
 #include "src/runtime/layer/cache_rows.h"
+#include "src/core/strided_access.h"
 #include "src/runtime/layer/compressor_state.h"
 #include "src/cpu/layer/parallel_rows.h"
 #include "src/cpu/layer/rope_f32.h"
 #include "src/runtime/layer/indexer_cache_rows.h"
 
 namespace smla::layer_detail {
+
+using detail::read_index;
 
 namespace {
 

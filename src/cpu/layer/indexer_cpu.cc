@@ -16,12 +16,16 @@
 #include "smla/kv_format.h"
 #include "smla/numeric.h"
 #include "src/cpu/thread_pool.h"
-#include "src/runtime/layer/checks.h"
+#include "src/core/strided_access.h"
 #include "src/cpu/layer/indexer_score.h"
 #include "src/cpu/layer/rope_f32.h"
 #include "src/runtime/layer/layer_ops.h"
 
 namespace smla::layer_detail {
+
+using detail::load_floats;
+using detail::read_index;
+using detail::read_table;
 
 namespace {
 
@@ -57,7 +61,7 @@ void prepare_query_token(const IndexerQueryArgs& args, const IndexerQueryShape& 
   float row[kDim];
   const float* cos_sin = args.rope->row(read_index(args.positions, t));
   for (std::int64_t h = 0; h < shape.heads; ++h) {
-    load_f32(args.q, t * args.q.stride[0] + h * args.q.stride[1], kDim, row);
+    load_floats(args.q, t * args.q.stride[0] + h * args.q.stride[1], kDim, row);
     rotate_f32(row + kDim - kRopeDim, cos_sin, RopeDirection::kForward);
     float amax = 0.0f;
     for (int i = 0; i < kDim; ++i) {

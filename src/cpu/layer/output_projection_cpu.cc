@@ -7,11 +7,14 @@
 #include <vector>
 
 #include "src/cpu/thread_pool.h"
-#include "src/runtime/layer/checks.h"
+#include "src/core/strided_access.h"
 #include "src/cpu/layer/rope_f32.h"
 #include "src/runtime/layer/layer_ops.h"
 
 namespace smla::layer_detail {
+
+using detail::load_floats;
+using detail::read_index;
 
 Status project_output_f32(const OutputProjectionArgs& args, const OutputShape& shape) {
   constexpr int kHeadDim = V4Fp8Format::kHeadDim;
@@ -22,7 +25,7 @@ Status project_output_f32(const OutputProjectionArgs& args, const OutputShape& s
     const float* cos_sin = args.rope->row(read_index(args.positions, t));
     for (std::int64_t h = 0; h < shape.heads; ++h) {
       float* row = o.data() + t * width + h * kHeadDim;
-      load_f32(args.o, t * args.o.stride[0] + h * args.o.stride[1], kHeadDim, row);
+      load_floats(args.o, t * args.o.stride[0] + h * args.o.stride[1], kHeadDim, row);
       rotate_f32(row + V4Fp8Format::kNopeDim, cos_sin, RopeDirection::kInverse);
     }
   });

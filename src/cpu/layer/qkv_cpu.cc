@@ -10,12 +10,15 @@
 #include "smla/numeric.h"
 #include "src/cpu/thread_pool.h"
 #include "src/runtime/layer/cache_rows.h"
-#include "src/runtime/layer/checks.h"
+#include "src/core/strided_access.h"
 #include "src/cpu/layer/parallel_rows.h"
 #include "src/cpu/layer/rope_f32.h"
 #include "src/runtime/layer/layer_ops.h"
 
 namespace smla::layer_detail {
+
+using detail::load_floats;
+using detail::read_index;
 
 namespace {
 constexpr int kHeadDim = V4Fp8Format::kHeadDim;
@@ -28,7 +31,7 @@ void prepare_query_row(const QueryPrepArgs& args, const QueryShape& shape, std::
     return;
   }
   float row[kHeadDim];
-  load_f32(args.q, t * args.q.stride[0] + h * args.q.stride[1], kHeadDim, row);
+  load_floats(args.q, t * args.q.stride[0] + h * args.q.stride[1], kHeadDim, row);
   float sum_squares = 0.0f;
   for (int i = 0; i < kHeadDim; ++i) sum_squares += row[i] * row[i];
   const float inv_rms = 1.0f / std::sqrt(sum_squares / kHeadDim + args.eps);
@@ -53,7 +56,7 @@ Status prepare_kv_f32(const KvPrepArgs& args, const KvShape& shape) {
     const std::int64_t slot = slot_of(t);
     if (slot < 0 && !args.rotated.present()) return;
     float row[kHeadDim];
-    load_f32(args.kv, t * args.kv.stride[0], kHeadDim, row);
+    load_floats(args.kv, t * args.kv.stride[0], kHeadDim, row);
     rotate_f32(row + kRopeOffset, args.rope->row(read_index(args.positions, t)), RopeDirection::kForward);
     for (int i = 0; i < kHeadDim; ++i) row[i] = round_to_bf16(row[i]);
     if (args.rotated.present()) {

@@ -1,9 +1,11 @@
 #include "src/cpu/thread_pool.h"
-#include "src/runtime/layer/checks.h"
+#include "src/core/strided_access.h"
 #include "src/cpu/layer/rope_f32.h"
 #include "src/runtime/layer/layer_ops.h"
 
 namespace smla::layer_detail {
+
+using detail::read_index;
 
 // Tokens in parallel: every (token, head) rotation is independent.
 Status apply_rope_f32(const RopeArgs& args, const RopeShape& shape) {

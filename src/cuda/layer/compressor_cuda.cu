@@ -172,12 +172,12 @@ __global__ void __launch_bounds__(kThreads) emit_kernel(const CompressorParams p
 }
 
 // The device-only limits (the front end checked the rest).
-Status check_launch(const CompressorArgs& args, const layer_cuda::CompressorShape& shape) {
+Status check_launch(const Context& context, const CompressorArgs& args, const layer_cuda::CompressorShape& shape) {
   if (shape.tokens > layer_cuda::kMaxGridX) {
     return invalid_argument("kv_score", "at most 2^31-1 tokens", std::to_string(shape.tokens));
   }
   const TensorView& destination = args.kv_cache ? args.kv_cache->pages : args.index_cache->pages;
-  return layer_cuda::check_on_current_device({{&args.kv_score, "kv_score"},
+  return layer_cuda::check_on_context_device(context, {{&args.kv_score, "kv_score"},
                                               {&args.ape, "ape"},
                                               {&args.norm_weight, "norm_weight"},
                                               {&args.positions, "positions"},
@@ -193,7 +193,7 @@ Status check_launch(const CompressorArgs& args, const layer_cuda::CompressorShap
 
 Status layer_cuda::run_compressor(const Context& context, const CompressorArgs& args, const CompressorShape& shape,
                                   void*) {
-  SMLA_RETURN_IF_ERROR(check_launch(args, shape));
+  SMLA_RETURN_IF_ERROR(check_launch(context, args, shape));
   CompressorParams p{};
   p.ratio = args.ratio;
   p.coff = compressor_coff(args.ratio);

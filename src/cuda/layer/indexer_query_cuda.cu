@@ -61,7 +61,7 @@ __global__ void __launch_bounds__(kWarps * kWarpSize) prepare_indexer_query_kern
 }
 
 // The device-only limits (the front end checked the rest).
-Status check_launch(const IndexerQueryArgs& args, const layer_cuda::IndexerQueryShape& shape) {
+Status check_launch(const Context& context, const IndexerQueryArgs& args, const layer_cuda::IndexerQueryShape& shape) {
   if (shape.tokens > layer_cuda::kMaxGridX) {
     return invalid_argument("q", "at most 2^31-1 tokens", std::to_string(shape.tokens));
   }
@@ -69,7 +69,7 @@ Status check_launch(const IndexerQueryArgs& args, const layer_cuda::IndexerQuery
     return invalid_argument("q", "at most " + std::to_string(layer_cuda::kMaxGridY * kWarps) + " heads",
                             args.q.shape_string());
   }
-  return layer_cuda::check_on_current_device({{&args.q, "q"},
+  return layer_cuda::check_on_context_device(context, {{&args.q, "q"},
                                               {&args.weights, "weights"},
                                               {&args.positions, "positions"},
                                               {&args.q_fp8, "q_fp8"},
@@ -80,7 +80,7 @@ Status check_launch(const IndexerQueryArgs& args, const layer_cuda::IndexerQuery
 
 Status layer_cuda::prepare_indexer_query(const Context& context, const IndexerQueryArgs& args,
                                          const IndexerQueryShape& shape, void*) {
-  SMLA_RETURN_IF_ERROR(check_launch(args, shape));
+  SMLA_RETURN_IF_ERROR(check_launch(context, args, shape));
   IndexerQueryParams p{};
   p.q = args.q.data;
   p.stride_q_t = args.q.stride[0];

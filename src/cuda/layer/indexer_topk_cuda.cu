@@ -338,7 +338,7 @@ using layer_cuda::IndexerTopkShape;
 
 // The device-only limits (the front end checked shapes, dtypes and devices):
 // i32 head, column and entry counts, every tensor on q_fp8's device, the current one.
-Status check_launch(const IndexerTopkArgs& args, const IndexerTopkShape& shape) {
+Status check_launch(const Context& context, const IndexerTopkArgs& args, const IndexerTopkShape& shape) {
   if (shape.heads > INT32_MAX) return invalid_argument("q_fp8", "at most 2^31-1 heads", args.q_fp8.shape_string());
   if (shape.top_k > INT32_MAX) {
     return invalid_argument("topk_indices", "k in [1, 2^31-1] columns", args.topk_indices.shape_string());
@@ -357,7 +357,7 @@ Status check_launch(const IndexerTopkArgs& args, const IndexerTopkShape& shape) 
                               view->describe());
     }
   }
-  return ::smla::cuda::check_on_current_device(device, "q_fp8");
+  return ::smla::cuda::check_on_context_device(context, device, "q_fp8");
 }
 
 TopkParams make_params(const IndexerTopkArgs& args, const IndexerTopkShape& shape, void* workspace) {
@@ -396,15 +396,15 @@ TopkParams make_params(const IndexerTopkArgs& args, const IndexerTopkShape& shap
 
 }  // namespace
 
-Expected<std::size_t> layer_cuda::indexer_topk_workspace_size(const Context&, const IndexerTopkArgs& args,
+Expected<std::size_t> layer_cuda::indexer_topk_workspace_size(const Context& context, const IndexerTopkArgs& args,
                                                              const IndexerTopkShape& shape) {
-  SMLA_RETURN_IF_ERROR(check_launch(args, shape));  // the query rejects what the call would
+  SMLA_RETURN_IF_ERROR(check_launch(context, args, shape));  // the query rejects what the call would
   return workspace_bytes_for(shape.tokens, shape.capacity);
 }
 
 Status layer_cuda::indexer_topk(const Context& context, const IndexerTopkArgs& args, const IndexerTopkShape& shape,
                                 void* workspace) {
-  SMLA_RETURN_IF_ERROR(check_launch(args, shape));
+  SMLA_RETURN_IF_ERROR(check_launch(context, args, shape));
   if (shape.tokens == 0) return Status::Ok();
   const TopkParams params = make_params(args, shape, workspace);
   const auto cuda_stream = static_cast<cudaStream_t>(context.stream());

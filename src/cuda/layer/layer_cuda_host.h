@@ -67,9 +67,9 @@ inline PagedCacheRef paged_cache(const IndexerCacheView& cache) {
                        cache.num_slots(), 1.0f};
 }
 
-// Every present tensor on the current device (its index), checked after the
-// shape checks so device-free callers see the argument errors first.
-using ::smla::cuda::check_on_current_device;
+// Every present tensor on the context's device, checked after the shape checks
+// so device-free callers see the argument errors first.
+using ::smla::cuda::check_on_context_device;
 
 // The launch error of the kernels just queued on the stream (no synchronization);
 // the op's front end names the op.

@@ -55,7 +55,7 @@ Status check_same_device(const TensorView& first, const TensorView& other, std::
 
 // The device-only checks (the front end checked shapes and dtypes): GEMM
 // row strides, every tensor on o's device, the current one.
-Status check_launch(const OutputProjectionArgs& args, const OutputShape& shape) {
+Status check_launch(const Context& context, const OutputProjectionArgs& args, const OutputShape& shape) {
   if (shape.tokens > 1 && args.out.stride[0] < shape.hidden) {
     return invalid_argument("out", fmt::format("a row stride >= {} (hidden)", shape.hidden), args.out.describe());
   }
@@ -63,7 +63,7 @@ Status check_launch(const OutputProjectionArgs& args, const OutputShape& shape) 
                                    std::pair{&args.wo_b, "wo_b"}, std::pair{&args.out, "out"}}) {
     SMLA_RETURN_IF_ERROR(check_same_device(args.o, *view, name));
   }
-  return ::smla::cuda::check_on_current_device(args.o.device.index, "o");
+  return ::smla::cuda::check_on_context_device(context, args.o.device.index, "o");
 }
 
 // The inverse RoPE copy of o into the workspace (o_rot, in the GEMM dtype).
@@ -145,15 +145,15 @@ Status gemms(const OutputProjectionArgs& args, const OutputShape& shape, std::ui
 
 }  // namespace
 
-Expected<std::size_t> layer_cuda::project_output_workspace_size(const Context&, const OutputProjectionArgs& args,
+Expected<std::size_t> layer_cuda::project_output_workspace_size(const Context& context, const OutputProjectionArgs& args,
                                                                const OutputShape& shape) {
-  SMLA_RETURN_IF_ERROR(check_launch(args, shape));  // the query rejects what the call would
+  SMLA_RETURN_IF_ERROR(check_launch(context, args, shape));  // the query rejects what the call would
   return workspace_layout(args, shape).total;
 }
 
 Status layer_cuda::project_output(const Context& context, const OutputProjectionArgs& args, const OutputShape& shape,
                                   void* workspace) {
-  SMLA_RETURN_IF_ERROR(check_launch(args, shape));
+  SMLA_RETURN_IF_ERROR(check_launch(context, args, shape));
   if (shape.tokens == 0 || shape.hidden == 0) return Status::Ok();
   auto* base = static_cast<std::uint8_t*>(workspace);
   const WorkspaceLayout layout = workspace_layout(args, shape);

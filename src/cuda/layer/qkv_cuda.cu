@@ -96,7 +96,7 @@ __global__ void __launch_bounds__(kKvWarps * kWarpSize) prepare_kv_kernel(const 
 }
 
 // The device-only limits (the front end checked the rest).
-Status check_launch(const QueryPrepArgs& args, const layer_cuda::QueryShape& shape) {
+Status check_launch(const Context& context, const QueryPrepArgs& args, const layer_cuda::QueryShape& shape) {
   if (shape.tokens > layer_cuda::kMaxGridX) {
     return invalid_argument("q", "at most 2^31-1 tokens", std::to_string(shape.tokens));
   }
@@ -104,14 +104,14 @@ Status check_launch(const QueryPrepArgs& args, const layer_cuda::QueryShape& sha
     return invalid_argument("out", "at most " + std::to_string(layer_cuda::kMaxGridY * kQueryWarps) + " heads",
                             args.out.shape_string());
   }
-  return layer_cuda::check_on_current_device({{&args.q, "q"}, {&args.out, "out"}, {&args.positions, "positions"}});
+  return layer_cuda::check_on_context_device(context, {{&args.q, "q"}, {&args.out, "out"}, {&args.positions, "positions"}});
 }
 
-Status check_launch(const KvPrepArgs& args, const layer_cuda::KvShape& shape) {
+Status check_launch(const Context& context, const KvPrepArgs& args, const layer_cuda::KvShape& shape) {
   if (shape.tokens > layer_cuda::kMaxGridX) {
     return invalid_argument("kv", "at most 2^31-1 tokens", std::to_string(shape.tokens));
   }
-  return layer_cuda::check_on_current_device({{&args.kv, "kv"},
+  return layer_cuda::check_on_context_device(context, {{&args.kv, "kv"},
                                               {&args.positions, "positions"},
                                               {&args.slot_mapping, "slot_mapping"},
                                               {&args.cache.pages, "cache"},
@@ -121,7 +121,7 @@ Status check_launch(const KvPrepArgs& args, const layer_cuda::KvShape& shape) {
 }  // namespace
 
 Status layer_cuda::prepare_query(const Context& context, const QueryPrepArgs& args, const QueryShape& shape, void*) {
-  SMLA_RETURN_IF_ERROR(check_launch(args, shape));
+  SMLA_RETURN_IF_ERROR(check_launch(context, args, shape));
   QueryParams p{};
   p.q = args.q.data;
   p.stride_q_t = args.q.stride[0];
@@ -148,7 +148,7 @@ Status layer_cuda::prepare_query(const Context& context, const QueryPrepArgs& ar
 }
 
 Status layer_cuda::prepare_kv(const Context& context, const KvPrepArgs& args, const KvShape& shape, void*) {
-  SMLA_RETURN_IF_ERROR(check_launch(args, shape));
+  SMLA_RETURN_IF_ERROR(check_launch(context, args, shape));
   KvParams p{};
   p.kv = args.kv.data;
   p.stride_kv_t = args.kv.stride[0];

@@ -46,7 +46,7 @@ __global__ void apply_rope_kernel(const RopeParams p) {
 }
 
 // The device-only limits (the front end checked the rest).
-Status check_launch(const RopeArgs& args, const layer_cuda::RopeShape& shape) {
+Status check_launch(const Context& context, const RopeArgs& args, const layer_cuda::RopeShape& shape) {
   if (shape.tokens > layer_cuda::kMaxGridX) {
     return invalid_argument("x", "at most 2^31-1 tokens", std::to_string(shape.tokens));
   }
@@ -54,13 +54,13 @@ Status check_launch(const RopeArgs& args, const layer_cuda::RopeShape& shape) {
   if (shape.heads > kMaxHeads) {
     return invalid_argument("x", "at most " + std::to_string(kMaxHeads) + " heads", args.x.shape_string());
   }
-  return layer_cuda::check_on_current_device({{&args.x, "x"}, {&args.positions, "positions"}});
+  return layer_cuda::check_on_context_device(context, {{&args.x, "x"}, {&args.positions, "positions"}});
 }
 
 }  // namespace
 
 Status layer_cuda::apply_rope(const Context& context, const RopeArgs& args, const RopeShape& shape, void*) {
-  SMLA_RETURN_IF_ERROR(check_launch(args, shape));
+  SMLA_RETURN_IF_ERROR(check_launch(context, args, shape));
   const bool rank2 = args.x.rank == 2;
   RopeParams p{};
   p.x = args.x.ptr<float>();

@@ -10,11 +10,12 @@
 #include <string_view>
 
 #include "smla/metadata.h"
+#include "src/core/argument_checks.h"
 #include "src/core/metadata/metadata_functions.h"
 #include "src/core/metadata/metadata_rules.h"
-#include "src/core/metadata/view_checks.h"
 #include "src/cuda/common/current_device.h"
 #include "src/cuda/metadata/metadata_params.h"
+#include "src/runtime/registry_internal.h"
 
 namespace smla {
 namespace {
@@ -22,30 +23,12 @@ namespace {
 using cuda::DeviceBatch;
 using cuda::DeviceTable;
 
-// Every device view of one call must sit on one device, the current one. The
-// current device is asked last, so shape errors are reported without a GPU.
+// Every device view of one call must sit on one device, the context's. The
+// device is asked last, so shape errors are reported without a GPU.
 class DeviceChecker {
  public:
   Status check(const TensorView& view, std::string_view name, DType dtype, int rank) {
-    if (!view.present() || (view.data == nullptr && view.numel() != 0)) {
-      return invalid_argument(name, fmt::format("a {}-D {} tensor on the cuda device", rank, dtype_name(dtype)),
-                              "absent");
-    }
-    if (view.device.kind != DeviceKind::kCuda) {
-      return invalid_argument(name, "a cuda tensor", std::string(device_kind_name(view.device.kind)));
-    }
-    if (view.dtype != dtype) {
-      return invalid_argument(name, fmt::format("dtype {}", dtype_name(dtype)), std::string(dtype_name(view.dtype)));
-    }
-    if (view.rank != rank) {
-      return invalid_argument(name, fmt::format("rank {}", rank), fmt::format("rank {}", view.rank));
-    }
-    for (int d = 0; d < rank; ++d) {
-      const auto i = static_cast<std::size_t>(d);
-      if (view.shape[i] < 0 || view.stride[i] < 0) {
-        return invalid_argument(name, "non-negative shape and strides", view.describe());
-      }
-    }
+    SMLA_RETURN_IF_ERROR(detail::check_strided_tensor(view, name, dtype, rank, DeviceKind::kCuda));
     if (device_ < 0) {
       device_ = view.device.index;
       first_ = std::string(name);
@@ -58,8 +41,11 @@ class DeviceChecker {
   Status check_optional(const TensorView& view, std::string_view name, DType dtype, int rank) {
     return view.present() ? check(view, name, dtype, rank) : Status::Ok();
   }
-  Status check_current() const {
-    return device_ < 0 ? Status::Ok() : cuda::check_on_current_device(device_, first_);
+  // The last check before a launch: the views sit on the context's device, and
+  // the context runs kernels (a validating one stops here).
+  Status check_launchable(const Context& context) const {
+    if (device_ >= 0) SMLA_RETURN_IF_ERROR(cuda::check_on_context_device(context, device_, first_));
+    return runtime::check_runs(context);
   }
 
  private:
@@ -234,7 +220,7 @@ Status build_step_metadata(const Context& context, const BatchDescription& batch
   Expected<DeviceBatch> b = device_batch(dev, batch, config);
   if (!b) return b.status().with_context("build_step_metadata: ");
   SMLA_RETURN_IF_ERROR(check_step_buffers(dev, batch, config, out, counts).with_context("build_step_metadata: "));
-  SMLA_RETURN_IF_ERROR(dev.check_current());
+  SMLA_RETURN_IF_ERROR(dev.check_launchable(context));
 
   cuda::StepMetadataParams p;
   p.batch = *b;
@@ -282,7 +268,7 @@ Status c4a_global_topk_indices(const Context& context, const TensorView& local_t
   SMLA_RETURN_IF_ERROR(check_table(dev, block_table, "block_table", 0));
   SMLA_RETURN_IF_ERROR(check_matrix(dev, global_out, "global_out", n, k));
   SMLA_RETURN_IF_ERROR(check_vector(dev, lens_out, "lens_out", DType::kI32, n));
-  SMLA_RETURN_IF_ERROR(dev.check_current());
+  SMLA_RETURN_IF_ERROR(dev.check_launchable(context));
 
   cuda::C4aGlobalParams p;
   bind_matrix(local_topk, &p.local, &p.stride_local_t, &p.stride_local_k);
@@ -316,7 +302,7 @@ Status v32_request_to_global_indices(const Context& context, const TensorView& r
   SMLA_RETURN_IF_ERROR(check_table(dev, block_table, "block_table", 0));
   SMLA_RETURN_IF_ERROR(check_matrix(dev, out, "out", n, k));
   if (valid_counts.present()) SMLA_RETURN_IF_ERROR(check_vector(dev, valid_counts, "valid_counts", DType::kI32, n));
-  SMLA_RETURN_IF_ERROR(dev.check_current());
+  SMLA_RETURN_IF_ERROR(dev.check_launchable(context));
 
   cuda::V32GlobalParams p;
   p.req_indices = data_of<const std::int32_t>(req_indices);
@@ -379,7 +365,7 @@ Status mixed_sparse_indices(const Context& context, const BatchDescription& batc
                             out_indices.describe());
   }
   SMLA_RETURN_IF_ERROR(check_vector(dev, out_lens, "out_lens", DType::kI32, tokens));
-  SMLA_RETURN_IF_ERROR(dev.check_current());
+  SMLA_RETURN_IF_ERROR(dev.check_launchable(context));
 
   p.batch = *b;
   p.window = config.window;
@@ -417,7 +403,7 @@ Status dequantize_and_gather(const Context& context, const KvCacheView& cache, c
   if (batch * row_blocks > detail::kMaxI32) {
     return out_of_range("out", "batch * cdiv(rows - offset, 64) <= 2^31 - 1 (one launch)", out.shape_string());
   }
-  SMLA_RETURN_IF_ERROR(dev.check_current());
+  SMLA_RETURN_IF_ERROR(dev.check_launchable(context));
 
   cuda::GatherParams p;
   p.pages = static_cast<const std::uint8_t*>(cache.pages.data);
@@ -466,7 +452,7 @@ Status combine_topk_swa_indices(const Context& context, const BatchDescription& 
   const std::int64_t width = combined_index_width(config, *type);
   SMLA_RETURN_IF_ERROR(check_matrix(dev, out_indices, "out_indices", tokens, width));
   SMLA_RETURN_IF_ERROR(check_vector(dev, out_lens, "out_lens", DType::kI32, tokens));
-  SMLA_RETURN_IF_ERROR(dev.check_current());
+  SMLA_RETURN_IF_ERROR(dev.check_launchable(context));
 
   cuda::CombineParams p;
   p.batch = *b;
@@ -539,7 +525,7 @@ Status gather_prefill_chunk(const Context& context, const BatchDescription& batc
                               std::to_string(kv_format_info(compressed_cache.format).head_dim));
     }
   }
-  SMLA_RETURN_IF_ERROR(dev.check_current());
+  SMLA_RETURN_IF_ERROR(dev.check_launchable(context));
 
   // One request row per chunk request: views shifted to req_begin (no dereference here).
   auto shifted = [&](const TensorView& t) {

@@ -4,11 +4,14 @@
 #include <vector>
 
 #include "src/runtime/layer/cache_rows.h"
+#include "src/core/strided_access.h"
 #include "src/runtime/layer/compressor_state.h"
 #include "src/runtime/layer/indexer_cache_rows.h"
 #include "src/reference/layer/rope_f64.h"
 
 namespace smla::layer_detail {
+
+using detail::read_index;
 
 Status run_compressor_f64(const CompressorArgs& args, const CompressorShape& shape) {
   save_states(args, shape);

@@ -5,11 +5,15 @@
 
 #include "smla/kv_format.h"
 #include "smla/numeric.h"
-#include "src/runtime/layer/checks.h"
+#include "src/core/strided_access.h"
 #include "src/runtime/layer/layer_ops.h"
 #include "src/reference/layer/rope_f64.h"
 
 namespace smla::layer_detail {
+
+using detail::load_floats;
+using detail::read_index;
+using detail::read_table;
 
 namespace {
 constexpr int kDim = kIndexerHeadDim;
@@ -21,7 +25,7 @@ Status prepare_indexer_query_f64(const IndexerQueryArgs& args, const IndexerQuer
   for (std::int64_t t = 0; t < shape.tokens; ++t) {
     const std::int64_t position = read_index(args.positions, t);
     for (std::int64_t h = 0; h < shape.heads; ++h) {
-      load_f64(args.q, t * args.q.stride[0] + h * args.q.stride[1], kDim, row);
+      load_floats(args.q, t * args.q.stride[0] + h * args.q.stride[1], kDim, row);
       rotate_f64(row + kDim - kRopeDim, *args.rope, position, RopeDirection::kForward);
       double amax = 0.0;
       for (int i = 0; i < kDim; ++i) {

@@ -1,11 +1,14 @@
 // kReference: inverse RoPE and the grouped projection in float64 plain loops.
 #include <vector>
 
-#include "src/runtime/layer/checks.h"
+#include "src/core/strided_access.h"
 #include "src/runtime/layer/layer_ops.h"
 #include "src/reference/layer/rope_f64.h"
 
 namespace smla::layer_detail {
+
+using detail::load_floats;
+using detail::read_index;
 
 Status project_output_f64(const OutputProjectionArgs& args, const OutputShape& shape) {
   constexpr int kHeadDim = V4Fp8Format::kHeadDim;
@@ -19,7 +22,7 @@ Status project_output_f64(const OutputProjectionArgs& args, const OutputShape& s
     const std::int64_t position = read_index(args.positions, t);
     for (std::int64_t h = 0; h < shape.heads; ++h) {
       double* row = o.data() + h * kHeadDim;
-      load_f64(args.o, t * args.o.stride[0] + h * args.o.stride[1], kHeadDim, row);
+      load_floats(args.o, t * args.o.stride[0] + h * args.o.stride[1], kHeadDim, row);
       rotate_f64(row + V4Fp8Format::kNopeDim, *args.rope, position, RopeDirection::kInverse);
     }
     for (std::int64_t g = 0; g < shape.groups; ++g) {

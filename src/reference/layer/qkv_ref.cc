@@ -3,11 +3,14 @@
 
 #include "smla/numeric.h"
 #include "src/runtime/layer/cache_rows.h"
-#include "src/runtime/layer/checks.h"
+#include "src/core/strided_access.h"
 #include "src/runtime/layer/layer_ops.h"
 #include "src/reference/layer/rope_f64.h"
 
 namespace smla::layer_detail {
+
+using detail::load_floats;
+using detail::read_index;
 
 namespace {
 constexpr int kHeadDim = V4Fp8Format::kHeadDim;
@@ -24,7 +27,7 @@ Status prepare_query_f64(const QueryPrepArgs& args, const QueryShape& shape) {
         for (int i = 0; i < kHeadDim; ++i) out[i] = 0;
         continue;
       }
-      load_f64(args.q, t * args.q.stride[0] + h * args.q.stride[1], kHeadDim, row);
+      load_floats(args.q, t * args.q.stride[0] + h * args.q.stride[1], kHeadDim, row);
       double mean_square = 0.0;
       for (int i = 0; i < kHeadDim; ++i) mean_square += row[i] * row[i];
       mean_square /= kHeadDim;
@@ -43,7 +46,7 @@ Status prepare_kv_f64(const KvPrepArgs& args, const KvShape& shape) {
   for (std::int64_t t = 0; t < shape.tokens; ++t) {
     const std::int64_t slot = t < shape.inserted ? read_index(args.slot_mapping, t) : -1;
     if (slot < 0 && !args.rotated.present()) continue;
-    load_f64(args.kv, t * args.kv.stride[0], kHeadDim, row);
+    load_floats(args.kv, t * args.kv.stride[0], kHeadDim, row);
     rotate_f64(row + kRopeOffset, *args.rope, read_index(args.positions, t), RopeDirection::kForward);
     for (int i = 0; i < kHeadDim; ++i) rounded[i] = round_to_bf16(static_cast<float>(row[i]));
     if (args.rotated.present()) {

@@ -1,8 +1,10 @@
-#include "src/runtime/layer/checks.h"
+#include "src/core/strided_access.h"
 #include "src/runtime/layer/layer_ops.h"
 #include "src/reference/layer/rope_f64.h"
 
 namespace smla::layer_detail {
+
+using detail::read_index;
 
 Status apply_rope_f64(const RopeArgs& args, const RopeShape& shape) {
   float* base = args.x.ptr<float>();

@@ -2,15 +2,17 @@
 
 #include <fmt/format.h>
 
-#include "src/runtime/layer/checks.h"
+#include "src/core/argument_checks.h"
+#include "src/core/strided_access.h"
 
 namespace smla::layer_detail {
 
+using detail::check_device;
+using detail::read_index;
+
 Status validate_row_cache_512(const KvCacheView& cache, std::string_view name, DeviceKind device) {
   SMLA_RETURN_IF_ERROR(validate_kv_cache(cache, name));
-  if (cache.pages.device.kind != device) {
-    return invalid_argument(name, fmt::format("a {} cache", device_kind_name(device)), cache.pages.describe());
-  }
+  SMLA_RETURN_IF_ERROR(check_device(cache.pages, name, device));
   bool row_512 = false;
   visit_row_512_format(cache.format, [&](auto) { row_512 = true; });
   if (!row_512) {
@@ -30,9 +32,7 @@ std::vector<KvFormat> row_512_formats() {
 }
 
 Status check_indexer_cache(const IndexerCacheView& cache, std::string_view name, DeviceKind device) {
-  if (cache.pages.present() && cache.pages.device.kind != device) {
-    return invalid_argument(name, fmt::format("a {} tensor", device_kind_name(device)), cache.pages.describe());
-  }
+  if (cache.pages.present()) SMLA_RETURN_IF_ERROR(check_device(cache.pages, name, device));
   IndexerCacheView metadata = cache;  // validate_indexer_cache reads shapes and strides of a cpu view
   metadata.pages.device = Device{};
   return validate_indexer_cache(metadata, name);

@@ -5,14 +5,22 @@
 #include <cmath>
 
 #include "smla/compressor.h"
+#include "src/core/argument_checks.h"
+#include "src/core/strided_access.h"
 #include "src/runtime/layer/cache_rows.h"
-#include "src/runtime/layer/checks.h"
 #include "src/runtime/layer/compressor_state.h"
 #include "src/runtime/layer/layer_ops.h"
 
 namespace smla {
 
 using namespace layer_detail;
+using detail::check_block_table;
+using detail::check_index_vector;
+using detail::check_positions;
+using detail::check_tensor;
+using detail::kAnyExtent;
+using detail::read_index;
+using detail::read_table;
 
 namespace {
 
@@ -116,7 +124,7 @@ Expected<CompressorShape> layer_detail::validate_compressor(const CompressorArgs
     return invalid_argument("state_cache", "block_size >= 1", args.state_cache.shape_string());
   }
   shape.state_block_size = args.state_cache.shape[1];
-  SMLA_RETURN_IF_ERROR(check_block_table(args.state_block_table, "state_block_table", device));
+  SMLA_RETURN_IF_ERROR(check_block_table(args.state_block_table, "state_block_table", /*min_rows=*/0, device));
   SMLA_RETURN_IF_ERROR(check_index_vector(args.state_slot_mapping, "state_slot_mapping", shape.tokens, device));
   SMLA_RETURN_IF_ERROR(
       check_index_vector(args.compressed_slot_mapping, "compressed_slot_mapping", shape.tokens, device));

@@ -4,7 +4,7 @@
 #include <cstdint>
 
 #include "smla/compressor.h"
-#include "src/runtime/layer/checks.h"
+#include "src/core/strided_access.h"
 #include "src/runtime/layer/layer_ops.h"
 
 namespace smla::layer_detail {
@@ -18,17 +18,17 @@ inline float* state_row(const CompressorArgs& args, const CompressorShape& shape
 // (validated for every position an emission reads).
 inline std::int64_t state_slot(const CompressorArgs& args, const CompressorShape& shape, std::int64_t req,
                                std::int64_t position) {
-  return read_table(args.state_block_table, req, position / shape.state_block_size) * shape.state_block_size +
-         position % shape.state_block_size;
+  const std::int64_t block = detail::read_table(args.state_block_table, req, position / shape.state_block_size);
+  return block * shape.state_block_size + position % shape.state_block_size;
 }
 
 // Stage A for every token (identical bytes on every backend: kv copied, score + ape in f32).
 inline void save_states(const CompressorArgs& args, const CompressorShape& shape) {
   const int width = shape.coff * shape.head_dim;
   for (std::int64_t t = 0; t < shape.tokens; ++t) {
-    const std::int64_t slot = read_index(args.state_slot_mapping, t);
+    const std::int64_t slot = detail::read_index(args.state_slot_mapping, t);
     if (slot < 0) continue;
-    const std::int64_t position = read_index(args.positions, t);
+    const std::int64_t position = detail::read_index(args.positions, t);
     const float* in = args.kv_score.ptr<const float>() + t * args.kv_score.stride[0];
     const float* ape = args.ape.ptr<const float>() + (position % shape.ratio) * args.ape.stride[0];
     float* row = state_row(args, shape, slot);
@@ -39,7 +39,8 @@ inline void save_states(const CompressorArgs& args, const CompressorShape& shape
 
 // True when token t emits a compressed entry in this step.
 inline bool emits(const CompressorArgs& args, std::int64_t t) {
-  return read_index(args.state_slot_mapping, t) >= 0 && read_index(args.compressed_slot_mapping, t) >= 0;
+  return detail::read_index(args.state_slot_mapping, t) >= 0 &&
+         detail::read_index(args.compressed_slot_mapping, t) >= 0;
 }
 
 }  // namespace smla::layer_detail

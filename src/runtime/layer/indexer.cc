@@ -6,13 +6,21 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "src/runtime/layer/checks.h"
+#include "src/core/argument_checks.h"
+#include "src/core/strided_access.h"
 #include "src/runtime/layer/cache_rows.h"
 #include "src/runtime/layer/layer_ops.h"
 
 namespace smla {
 
 using namespace layer_detail;
+using detail::check_block_table;
+using detail::check_index_vector;
+using detail::check_positions;
+using detail::check_tensor;
+using detail::kAnyExtent;
+using detail::read_index;
+using detail::read_table;
 
 namespace {
 
@@ -33,7 +41,7 @@ Status check_topk_values(const IndexerTopkArgs& args, IndexerTopkShape& shape) {
   shape.short_context = args.allow_short_context && max_seq_len / kIndexerRatio <= shape.top_k;
   if (shape.short_context) return Status::Ok();
   SMLA_RETURN_IF_ERROR(validate_indexer_cache(args.key_cache, "key_cache"));
-  SMLA_RETURN_IF_ERROR(check_block_table(args.block_table, "block_table"));
+  SMLA_RETURN_IF_ERROR(check_block_table(args.block_table, "block_table", /*min_rows=*/0));
   const TensorView& table = args.block_table;
   const std::int64_t page = args.key_cache.page_size();
   for (std::int64_t t = 0; t < shape.tokens; ++t) {
@@ -98,7 +106,7 @@ Expected<IndexerTopkShape> layer_detail::validate_indexer_topk(const IndexerTopk
   }
   // The device takes the shortcut per token and scores every entry the table can address.
   SMLA_RETURN_IF_ERROR(check_indexer_cache(args.key_cache, "key_cache", device));
-  SMLA_RETURN_IF_ERROR(check_block_table(args.block_table, "block_table", device));
+  SMLA_RETURN_IF_ERROR(check_block_table(args.block_table, "block_table", /*min_rows=*/0, device));
   shape.capacity = args.block_table.shape[1] * args.key_cache.page_size();
   return shape;
 }

@@ -8,6 +8,7 @@
 
 #include "smla/kv_format.h"
 #include "smla/numeric.h"
+#include "src/core/argument_checks.h"
 #include "src/runtime/layer/indexer_cache_rows.h"
 
 namespace smla {
@@ -16,7 +17,7 @@ Status validate_indexer_cache(const IndexerCacheView& cache, std::string_view na
   const TensorView& t = cache.pages;
   constexpr int kRow = IndexerFp8Format::kBytesPerToken;
   if (!t.present()) return invalid_argument(name, "an indexer cache tensor", "an absent tensor");
-  if (t.device.kind != DeviceKind::kCpu) return invalid_argument(name, "a cpu tensor", t.describe());
+  SMLA_RETURN_IF_ERROR(detail::check_device(t, name, DeviceKind::kCpu));
   if (t.rank != 3 || t.dtype != DType::kU8 || t.shape[2] != kRow) {
     return invalid_argument(name, fmt::format("u8 [num_pages, page_size, {}]", kRow),
                             fmt::format("{}{}", dtype_name(t.dtype), t.shape_string()));

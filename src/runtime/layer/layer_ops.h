@@ -23,6 +23,7 @@
 #include "smla/registry.h"
 #include "smla/rope.h"
 #include "smla/status.h"
+#include "src/cpu/thread_pool.h"
 #include "src/runtime/op_tables.h"
 #include "src/runtime/registry_internal.h"
 
@@ -116,6 +117,8 @@ Status run_layer_op(const Context& context, const Args& args, const Shape& shape
   if (!bytes) return bytes.status();
   auto scratch = context.scratch(*bytes);
   if (!scratch) return scratch.status();
+  SMLA_RETURN_IF_ERROR(runtime::check_runs(context));
+  const cpu::ScopedThreadLimit threads(context.tuning().cpu_threads);
   return (*functions)->run(context, args, shape, *scratch);
 }
 

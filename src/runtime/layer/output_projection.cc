@@ -3,12 +3,16 @@
 
 #include "smla/layer.h"
 #include "smla/numeric.h"
-#include "src/runtime/layer/checks.h"
+#include "src/core/argument_checks.h"
 #include "src/runtime/layer/layer_ops.h"
 
 namespace smla {
 
 using namespace layer_detail;
+using detail::check_index_vector;
+using detail::check_positions;
+using detail::check_tensor;
+using detail::kAnyExtent;
 
 constexpr std::int64_t kHeadDim = V4Fp8Format::kHeadDim;
 

@@ -4,13 +4,17 @@
 #include <cmath>
 
 #include "smla/layer.h"
+#include "src/core/argument_checks.h"
 #include "src/runtime/layer/cache_rows.h"
-#include "src/runtime/layer/checks.h"
 #include "src/runtime/layer/layer_ops.h"
 
 namespace smla {
 
 using namespace layer_detail;
+using detail::check_index_vector;
+using detail::check_positions;
+using detail::check_tensor;
+using detail::kAnyExtent;
 
 namespace {
 

@@ -7,6 +7,7 @@
 
 #include "smla/compressor.h"
 #include "src/runtime/model/model_impl.h"
+#include "src/runtime/registry_internal.h"
 #include "src/runtime/model/model_kernels.h"
 
 namespace smla {
@@ -95,6 +96,8 @@ Expected<std::unique_ptr<Model>> Model::create(const Context& context, const Mod
   auto fail = [](const Status& s) { return s.with_context("Model::create: "); };
   auto step_config = model_detail::model_step_config(config, options);
   if (!step_config) return fail(step_config.status());
+  // A model allocates its weights and caches at once: nothing a validating context may do.
+  SMLA_RETURN_IF_ERROR(fail(runtime::check_runs(context)));
   auto impl = std::make_unique<Impl>();
   Impl& m = *impl;
   m.config = config;

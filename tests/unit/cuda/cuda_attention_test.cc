@@ -10,8 +10,10 @@
 
 #include "smla/attention.h"
 #include "smla/context.h"
+#include "smla/registry.h"
 #include "tests/common/test_common.h"
 #include "tests/unit/cuda/attention_expect.h"
+#include "tests/unit/cuda/cuda_context.h"
 #include "testkit/cuda/device_copy.h"
 #include "testkit/testkit.h"
 
@@ -191,6 +193,59 @@ TEST(CudaSparseDecode, RejectsHostTensors) {
   const Status status = sparse_decode(c.args(), Backend::kCuda);
   EXPECT_FALSE(status.ok());
   EXPECT_NE(status.message().find("cuda"), std::string::npos) << status.to_string();
+}
+
+// Every tensor must sit on the context's device, not only q: a view tagged with
+// another device index is refused before anything is read.
+TEST(CudaSparseDecode, RejectsTensorsOfAnotherDevice) {
+  SKIP_WITHOUT_DEVICE();
+  testkit::DecodeCase c = testkit::make_decode_case(small_v4_case());
+  DeviceDecodeArgs device(c.args());
+  const Context context = cudatest::cuda_context();
+  const Device elsewhere{DeviceKind::kCuda, context.device().ordinal + 1};
+  for (TensorView SparseDecodeArgs::*member : {&SparseDecodeArgs::out, &SparseDecodeArgs::main_indices,
+                                                &SparseDecodeArgs::extra_indices, &SparseDecodeArgs::lse}) {
+    SparseDecodeArgs args = device.args;
+    (args.*member).device = elsewhere;
+    EXPECT_TRUE(testing::FailsWith(sparse_decode(context, args), StatusCode::kInvalidArgument,
+                                   {"cuda:" + std::to_string(elsewhere.index)}));
+  }
+  SparseDecodeArgs args = device.args;
+  args.main_cache.pages.device = elsewhere;
+  EXPECT_TRUE(testing::FailsWith(sparse_decode(context, args), StatusCode::kInvalidArgument, {"main_cache"}));
+}
+
+// Without touching a device: a validating context of a nominal H100 checks the
+// arguments, selects and plans as on that card, and runs nothing. Runs on
+// machines without a GPU too.
+TEST(CudaSparseDecode, ValidatingContextPlansForANominalH100) {
+  auto context = Context::create_validating(Backend::kCuda, nominal_h100());
+  ASSERT_TRUE(IsOk(context.status()));
+  testkit::DecodeCase c = testkit::make_decode_case(small_v4_case());
+  SparseDecodeArgs args = c.args();
+  const Device cuda0{DeviceKind::kCuda, 0};
+  for (TensorView* view : {&args.q, &args.main_indices, &args.main_lengths, &args.extra_indices, &args.extra_lengths,
+                           &args.sink, &args.out, &args.lse}) {
+    if (view->present()) view->device = cuda0;
+  }
+  args.main_cache.pages.device = cuda0;
+  if (args.extra_cache.has_value()) args.extra_cache->pages.device = cuda0;
+
+  auto plan = plan_sparse_decode(*context, args);
+  ASSERT_TRUE(IsOk(plan.status()));
+  for (const Implementation& row : implementations()) {  // the Hopper kernel when this build has it
+    if (row.name == "cuda.sm90" && row.op == Op::kSparseDecode) EXPECT_EQ(plan->implementation().name, "cuda.sm90");
+  }
+  EXPECT_TRUE(testing::FailsWith(sparse_decode(*context, *plan, args), StatusCode::kUnimplemented,
+                                 {"validating context", "nothing ran"}));
+  EXPECT_EQ(testkit::count_poisoned(c.out().view()), c.out().view().numel());
+
+  SparseDecodeArgs host_q = args;
+  host_q.q.device = Device{DeviceKind::kCpu, 0};
+  EXPECT_TRUE(testing::FailsWith(sparse_decode(*context, host_q), StatusCode::kInvalidArgument, {"q", "cuda"}));
+  SparseDecodeArgs other_device = args;  // device indices are checked where the call would run
+  other_device.out.device = Device{DeviceKind::kCuda, 1};
+  EXPECT_FALSE(sparse_decode(*context, other_device).ok());
 }
 
 TEST(CudaSparsePrefill, FlatBf16WorkspaceMatchesReference) {

@@ -4,10 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <vector>
 
+#include "smla/context.h"
 #include "smla/indexer.h"
 #include "smla/layer.h"
 #include "smla/model.h"
@@ -52,8 +54,14 @@ struct ModelRun {
   std::vector<float> out;
 };
 
-ModelRun run_tiny_model(std::uint64_t seed) {
+// context_threads: TuningOptions::cpu_threads of the context the model runs in.
+ModelRun run_tiny_model(std::uint64_t seed, int context_threads = 0) {
   ModelRun result;
+  TuningOptions tuning;
+  tuning.cpu_threads = context_threads;
+  auto context = Context::create(Backend::kCpu, tuning);
+  EXPECT_TRUE(IsOk(context.status()));
+  if (!context.ok()) return result;
   auto config = ModelConfig::preset("tiny", 3);
   EXPECT_TRUE(IsOk(config.status()));
   ModelOptions options;
@@ -62,7 +70,7 @@ ModelRun run_tiny_model(std::uint64_t seed) {
   options.max_batched_tokens = 200;
   options.seed = seed;
   options.row_stable = true;
-  auto model = Model::create(*config, options);
+  auto model = Model::create(*context, *config, options);
   EXPECT_TRUE(IsOk(model.status()));
   if (!model.ok()) return result;
   Model& m = **model;
@@ -104,6 +112,55 @@ TEST(CpuLayerThreadsTest, TinyModelIsByteIdenticalForEveryThreadCount) {
     for (std::size_t layer = 0; layer < 3; ++layer) {
       ASSERT_TRUE(same_bytes(parallel.caches[layer], serial.caches[layer])) << threads << " threads, layer " << layer;
     }
+  }
+}
+
+// The context's thread count (TuningOptions::cpu_threads) instead of the pool's size: the same bytes.
+TEST(CpuLayerThreadsTest, TinyModelIsByteIdenticalForEveryContextThreadCount) {
+  ThreadCount restore_afterwards(0);  // limits above the pool's size grow it
+  const auto seed = testing::test_seed();
+  SMLA_SEED_TRACE(seed);
+  const ModelRun serial = run_tiny_model(seed, 1);
+  ASSERT_EQ(serial.caches.size(), 3u);
+  for (int threads : kThreadCounts) {
+    if (threads == 1) continue;
+    const ModelRun parallel = run_tiny_model(seed, threads);
+    ASSERT_TRUE(same_bytes(parallel.out, serial.out)) << threads << " threads";
+    for (std::size_t layer = 0; layer < 3; ++layer) {
+      ASSERT_TRUE(same_bytes(parallel.caches[layer], serial.caches[layer])) << threads << " threads, layer " << layer;
+    }
+  }
+}
+
+// A limit below the pool's size uses that many workers; one above it grows the pool.
+TEST(CpuLayerThreadsTest, ScopedThreadLimitBoundsTheWorkers) {
+  ThreadCount pool(4);
+  for (int limit : {1, 2, 7}) {
+    const cpu::ScopedThreadLimit scope(limit);
+    ASSERT_EQ(cpu::num_threads(), limit);
+    std::vector<std::atomic<int>> items_by_worker(16);
+    cpu::parallel_for(400, [&](std::int64_t, int worker) {
+      ASSERT_GE(worker, 0);
+      ASSERT_LT(worker, 16);
+      items_by_worker[static_cast<std::size_t>(worker)].fetch_add(1);
+    });
+    int total = 0;
+    for (std::size_t w = 0; w < items_by_worker.size(); ++w) {
+      if (static_cast<int>(w) >= limit) {
+        EXPECT_EQ(items_by_worker[w].load(), 0) << "limit " << limit << " worker " << w;
+      }
+      total += items_by_worker[w].load();
+    }
+    EXPECT_EQ(total, 400);
+  }
+  EXPECT_EQ(cpu::num_threads(), 7) << "the pool grew to the largest limit asked";
+  {
+    const cpu::ScopedThreadLimit outer(3);
+    {
+      const cpu::ScopedThreadLimit inner(0);  // 0: the pool's size
+      EXPECT_EQ(cpu::num_threads(), 7);
+    }
+    EXPECT_EQ(cpu::num_threads(), 3);
   }
 }
 

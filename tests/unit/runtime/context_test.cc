@@ -93,6 +93,8 @@ TEST(TuningOptions, DefaultsAreTheTunedChoices) {
   EXPECT_EQ(defaults.sm90_prefetch, TuningOptions::Switch::kAuto);
   EXPECT_TRUE(defaults.sm90_pair_head_blocks);
   EXPECT_TRUE(defaults.sm90_token_major);
+  EXPECT_EQ(defaults.cpu_threads, 0);
+  EXPECT_EQ(defaults.sm90_ping_pong, TuningOptions::Switch::kAuto);
 }
 
 TEST(TuningOptions, ReadFromTheEnvironment) {
@@ -101,6 +103,8 @@ TEST(TuningOptions, ReadFromTheEnvironment) {
   const ScopedVariable prefetch("SMLA_SM90_PREFETCH", "off");
   const ScopedVariable pair("SMLA_SM90_PAIR", "off");
   const ScopedVariable order("SMLA_SM90_BLOCK_ORDER", "grid");
+  const ScopedVariable threads("SMLA_NUM_THREADS", "3");
+  const ScopedVariable ping_pong("SMLA_SM90_PINGPONG", "off");
   auto tuning = TuningOptions::from_environment();
   ASSERT_TRUE(IsOk(tuning.status()));
   EXPECT_EQ(tuning->implementation, "cuda.portable");
@@ -108,6 +112,8 @@ TEST(TuningOptions, ReadFromTheEnvironment) {
   EXPECT_EQ(tuning->sm90_prefetch, TuningOptions::Switch::kOff);
   EXPECT_FALSE(tuning->sm90_pair_head_blocks);
   EXPECT_FALSE(tuning->sm90_token_major);
+  EXPECT_EQ(tuning->cpu_threads, 3);
+  EXPECT_EQ(tuning->sm90_ping_pong, TuningOptions::Switch::kOff);
 }
 
 TEST(TuningOptions, UnknownValuesNameTheVariable) {
@@ -117,6 +123,12 @@ TEST(TuningOptions, UnknownValuesNameTheVariable) {
                           {"SMLA_CUDA_PACK_MAX_ROWS", "0, 16, 32 or 64", "'17'"}));
     EXPECT_TRUE(FailsWith(Context::create(Backend::kCpu).status(), StatusCode::kInvalidArgument,
                           {"SMLA_CUDA_PACK_MAX_ROWS"}));
+  }
+  for (const char* threads : {"0", "-2", "two", "3 ", "+3", "99999999999"}) {
+    const ScopedVariable count("SMLA_NUM_THREADS", threads);
+    EXPECT_TRUE(FailsWith(TuningOptions::from_environment().status(), StatusCode::kInvalidArgument,
+                          {"SMLA_NUM_THREADS", "a positive integer", std::string("'") + threads + "'"}))
+        << threads;
   }
   const ScopedVariable pair("SMLA_SM90_PAIR", "maybe");
   EXPECT_TRUE(FailsWith(TuningOptions::from_environment().status(), StatusCode::kInvalidArgument,

@@ -3,10 +3,12 @@
 // backends and empty plans, naming what differs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 
 #include "smla/attention.h"
 #include "smla/context.h"
+#include "smla/registry.h"
 #include "testkit/testkit.h"
 #include "tests/common/test_common.h"
 
@@ -102,6 +104,68 @@ TEST(AttentionPlan, PrefillPlansAndWorkspaceQueriesAgree) {
     ASSERT_TRUE(IsOk(bytes.status()));
     EXPECT_EQ(*bytes, plan->workspace_bytes());
   }
+}
+
+// A validating context checks, selects and plans like any other, then runs
+// nothing: the outputs keep their poison and no memory is allocated.
+TEST(ValidatingContext, ChecksArgumentsAndRunsNothing) {
+  EXPECT_TRUE(FailsWith(Context::create_validating(Backend::kAuto, {}).status(), StatusCode::kInvalidArgument,
+                        {"backend", "auto"}));
+  auto validating = Context::create_validating(Backend::kCpu, {});
+  ASSERT_TRUE(IsOk(validating.status()));
+  EXPECT_TRUE(validating->validates_only());
+  EXPECT_FALSE(context_of(Backend::kCpu).validates_only());
+  EXPECT_EQ(validating->device().name, "host");
+
+  testkit::DecodeCase c = testkit::make_decode_case(small_case(3));
+  SMLA_SEED_TRACE(testing::test_seed());
+  auto plan = plan_sparse_decode(*validating, c.args());
+  ASSERT_TRUE(IsOk(plan.status()));
+  EXPECT_EQ(plan->implementation().name, "cpu");
+  EXPECT_TRUE(FailsWith(sparse_decode(*validating, c.args()), StatusCode::kUnimplemented,
+                        {"validating context", "passed every check", "nothing ran"}));
+  EXPECT_TRUE(FailsWith(sparse_decode(*validating, *plan, c.args()), StatusCode::kUnimplemented,
+                        {"validating context"}));
+  EXPECT_EQ(testkit::count_poisoned(c.out().view()), c.out().view().numel()) << "a validating context wrote out";
+  EXPECT_EQ(testkit::count_poisoned(c.lse().view()), c.lse().view().numel()) << "a validating context wrote lse";
+
+  SparseDecodeArgs bad = c.args();
+  bad.softmax_scale = -1.0f;
+  EXPECT_TRUE(FailsWith(sparse_decode(*validating, bad), StatusCode::kInvalidArgument, {"softmax_scale"}));
+  bad = c.args();
+  bad.main_indices.dtype = DType::kI64;
+  EXPECT_TRUE(FailsWith(sparse_decode(*validating, bad), StatusCode::kInvalidArgument, {"main_indices"}));
+
+  auto scratch = validating->scratch(std::size_t{1} << 40);  // allocating this much would fail
+  ASSERT_TRUE(IsOk(scratch.status()));
+  EXPECT_EQ(*scratch, nullptr);
+  Context with_workspace = *validating;
+  with_workspace.set_workspace(nullptr, 16);
+  EXPECT_TRUE(FailsWith(with_workspace.scratch(64).status(), StatusCode::kInvalidArgument, {"workspace", "64"}));
+}
+
+TEST(ValidatingContext, CudaNeedsItsDeviceProperties) {
+  DeviceProperties h100;
+  h100.ordinal = 0;
+  h100.compute_capability = 90;
+  h100.multiprocessors = 132;
+  h100.shared_memory_per_block = 232448;
+  h100.name = "NVIDIA H100 80GB HBM3 (nominal)";
+  auto context = Context::create_validating(Backend::kCuda, h100);
+  const auto& rows = implementations();
+  const bool cuda_compiled = std::any_of(rows.begin(), rows.end(), [](const Implementation& row) {
+    return row.backend == Backend::kCuda;
+  });
+  if (!cuda_compiled) {
+    EXPECT_TRUE(FailsWith(context.status(), StatusCode::kUnimplemented, {"cuda", "not compiled"}));
+    return;
+  }
+  ASSERT_TRUE(IsOk(context.status()));
+  EXPECT_EQ(context->device().multiprocessors, 132);
+  DeviceProperties missing = h100;
+  missing.compute_capability = 0;
+  EXPECT_TRUE(FailsWith(Context::create_validating(Backend::kCuda, missing).status(), StatusCode::kInvalidArgument,
+                        {"device", "compute capability 0"}));
 }
 
 }  // namespace
