@@ -8,12 +8,13 @@
 
 namespace smla::cuda::sm90 {
 
-template <class Loader>
-cudaError_t launch_sm90_attention(const SparseAttentionParams& params, dim3 grid, int smem_bytes, const LaunchFlags& flags,
-                                  cudaStream_t stream) {
-  // The two head blocks of an h_q 65..128 token run as a CTA pair that shares the expansion.
+// The kernel's launch configuration: plain, or the two head blocks of an h_q
+// 65..128 token as a CTA pair (a cluster of two) that shares the expansion.
+template <class Loader, bool kPingPong>
+cudaError_t launch_sm90_kernel(const SparseAttentionParams& params, dim3 grid, int smem_bytes, const LaunchFlags& flags,
+                               cudaStream_t stream) {
   if (grid.y == 2 && flags.pair_head_blocks) {
-    auto* kernel = sm90_attention_kernel<Loader, false, true>;
+    auto* kernel = sm90_attention_kernel<Loader, false, true, kPingPong>;
     const cudaError_t status = ensure_dynamic_smem(kernel, smem_bytes);
     if (status != cudaSuccess) return status;
     cudaLaunchAttribute cluster{};
@@ -30,7 +31,9 @@ cudaError_t launch_sm90_attention(const SparseAttentionParams& params, dim3 grid
     config.numAttrs = 1;
     return cudaLaunchKernelEx(&config, kernel, params);
   }
-  auto* kernel = flags.token_major ? sm90_attention_kernel<Loader, true, false> : sm90_attention_kernel<Loader, false, false>;
+  // Grid-order blocks only for A/B runs of the classic consumers (TuningOptions::sm90_token_major).
+  auto* kernel = !kPingPong && !flags.token_major ? sm90_attention_kernel<Loader, false, false, false>
+                                                 : sm90_attention_kernel<Loader, true, false, kPingPong>;
   const cudaError_t status = ensure_dynamic_smem(kernel, smem_bytes);
   if (status != cudaSuccess) return status;
   kernel<<<grid, kThreads, smem_bytes, stream>>>(params);
@@ -38,8 +41,15 @@ cudaError_t launch_sm90_attention(const SparseAttentionParams& params, dim3 grid
 }
 
 template <class Loader>
+cudaError_t launch_sm90_attention(const SparseAttentionParams& params, dim3 grid, int smem_bytes, const LaunchFlags& flags,
+                                  cudaStream_t stream) {
+  return flags.ping_pong ? launch_sm90_kernel<Loader, true>(params, grid, smem_bytes, flags, stream)
+                         : launch_sm90_kernel<Loader, false>(params, grid, smem_bytes, flags, stream);
+}
+
+template <class Loader>
 cudaError_t sm90_attention_blocks_per_sm(int smem_bytes, int* blocks) {
-  auto* kernel = sm90_attention_kernel<Loader, true, false>;
+  auto* kernel = sm90_attention_kernel<Loader, true, false, false>;
   const cudaError_t status = ensure_dynamic_smem(kernel, smem_bytes);
   if (status != cudaSuccess) return status;
   return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, kernel, kThreads, smem_bytes);
