@@ -52,10 +52,6 @@ struct TuningOptions {
   // sm90 kernel: a token's head blocks start together (token-major block
   // order). SMLA_SM90_BLOCK_ORDER=grid keeps the launch order.
   bool sm90_token_major = true;
-  // sm90 kernel: the two consumer warpgroups take alternate key tiles, each
-  // with its own Q K^T and softmax (auto: launches that do not prefetch rows
-  // into L2, i.e. longer splits). SMLA_SM90_PINGPONG=on|off|auto.
-  Switch sm90_ping_pong = Switch::kAuto;
   // cpu backend: threads an op runs on, the calling thread included; 0 = one
   // per CPU this process may run on. Results never depend on it.
   // SMLA_NUM_THREADS (a positive integer).
@@ -89,7 +85,9 @@ class Context {
   // nothing. A call whose arguments pass returns Unimplemented; no memory
   // is allocated (a caller workspace is still checked). The backend must be
   // compiled in; kAuto is refused. Limits of a kernel launch itself (grid
-  // extents) are checked only when a call runs.
+  // extents) are checked only when a call runs. Without the device, a plan
+  // counts the CTAs an SM holds from shared memory alone, so its scratch size
+  // is an upper bound of what that device needs.
   static Expected<Context> create_validating(Backend backend, const DeviceProperties& device,
                                              const TuningOptions& tuning = {});
   bool validates_only() const { return validates_only_; }

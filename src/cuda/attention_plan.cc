@@ -35,10 +35,13 @@ struct RingChoice {
 // shared memories (sm89, sm120): it issues the next tile where two stages would,
 // with one buffer. Depends only on the device and the kernel variant, so it is
 // computed once per pair.
-Expected<RingChoice> choose_ring(const AttentionVariant& variant, LoaderKind kind, const DeviceProperties& device) {
+Expected<RingChoice> choose_ring(const AttentionVariant& variant, LoaderKind kind, const DeviceProperties& device,
+                                 Occupancy occupancy) {
   static std::mutex mutex;
-  static std::map<std::tuple<int, int, int, int>, RingChoice> cache;  // the sm90 and portable 64-row variants differ in smem
-  const auto key = std::make_tuple(device.ordinal, static_cast<int>(kind), variant.rows, variant.fixed_smem_bytes);
+  // The sm90 and portable 64-row variants differ in smem; a nominal device may share a real one's ordinal.
+  static std::map<std::tuple<int, int, int, int, int, int>, RingChoice> cache;
+  const auto key = std::make_tuple(device.ordinal, static_cast<int>(kind), variant.rows, variant.fixed_smem_bytes,
+                                   static_cast<int>(occupancy), device.shared_memory_per_block);
   std::lock_guard<std::mutex> lock(mutex);
   if (auto found = cache.find(key); found != cache.end()) return found->second;
   RingChoice best;
@@ -49,9 +52,11 @@ Expected<RingChoice> choose_ring(const AttentionVariant& variant, LoaderKind kin
     for (int stages = 1; stages <= kMaxKvStages; ++stages) {
       const int smem = variant.smem_bytes(stages, k_buffers);
       if (smem > device.shared_memory_per_block) break;
-      int blocks = 0;
-      const cudaError_t error = variant.blocks_per_sm(smem, &blocks);
-      if (error != cudaSuccess) return cuda_failure("occupancy query", error);
+      int blocks = device.shared_memory_per_block / smem;
+      if (occupancy == Occupancy::kQueryDevice) {
+        const cudaError_t error = variant.blocks_per_sm(smem, &blocks);
+        if (error != cudaSuccess) return cuda_failure("occupancy query", error);
+      }
       const RingChoice candidate{stages, k_buffers, blocks};
       if (rank(candidate) > rank(best)) best = candidate;
     }
@@ -173,9 +178,9 @@ bool sm90_tiles_preferred(const AttentionShape& shape, const DeviceProperties& d
 }
 
 Expected<AttentionPlan> plan_attention(KernelFamily family, const AttentionShape& shape, const DeviceProperties& device,
-                                       const TuningOptions& tuning) {
+                                       const TuningOptions& tuning, Occupancy occupancy) {
   AttentionPlan plan;
-  plan.flags = LaunchFlags{tuning.sm90_pair_head_blocks, tuning.sm90_token_major, false};
+  plan.flags = LaunchFlags{tuning.sm90_pair_head_blocks, tuning.sm90_token_major};
   int rows = kMaxTileRows;
   if (family == KernelFamily::kSm90) {
     plan.variant = sm90_attention_variant(shape.kind);
@@ -188,7 +193,7 @@ Expected<AttentionPlan> plan_attention(KernelFamily family, const AttentionShape
     SMLA_RETURN_IF_ERROR(choose_portable_tile(shape.kind, shape.num_heads, device, &plan));
     rows = plan.variant.rows;
   }
-  auto ring = choose_ring(plan.variant, shape.kind, device);
+  auto ring = choose_ring(plan.variant, shape.kind, device, occupancy);
   if (!ring) return ring.status();
   plan.kv_stages = ring->stages;
   plan.k_buffers = ring->k_buffers;
@@ -206,11 +211,6 @@ Expected<AttentionPlan> plan_attention(KernelFamily family, const AttentionShape
   const std::int64_t tiles = std::max<std::int64_t>((shape.num_keys + kKeysPerTile - 1) / kKeysPerTile, 1);
   plan.num_splits = static_cast<int>(std::clamp<std::int64_t>(std::min(slots / blocks, tiles), 1, kMaxSplits));
   plan.prefetch_rows = prefetch_rows_wanted(blocks * plan.num_splits, slots, tuning.sm90_prefetch);
-  if (family == KernelFamily::kSm90) {
-    plan.flags.ping_pong = tuning.sm90_ping_pong == TuningOptions::Switch::kOn ||
-                           (tuning.sm90_ping_pong == TuningOptions::Switch::kAuto && !plan.prefetch_rows);
-    if (plan.flags.ping_pong) plan.prefetch_rows = false;  // the ping-pong consumers never prefetch
-  }
   plan.chain_combine = plan.num_splits > 1 && device.compute_capability >= 90;
   plan.workspace_bytes = planned_workspace_bytes(plan, shape);
   return plan;

@@ -43,11 +43,18 @@ struct AttentionShape {
   std::int64_t queries_per_request = 1;
 };
 
+// Where a plan learns how many CTAs fit on an SM.
+enum class Occupancy {
+  kQueryDevice,      // the CUDA occupancy query on the current device
+  kSharedMemoryOnly, // shared memory alone (registers ignored): at least the real count, so the
+                     // splits and the scratch size are an upper bound; for validating contexts
+};
+
 // The layout of a call on `device`. kSm90 runs every head block as a 64-row
 // tile of the sm90 kernel (no packing); kPortable picks 16/32/64-row tiles of
 // the portable kernel and may pack MTP tokens.
 Expected<AttentionPlan> plan_attention(KernelFamily family, const AttentionShape& shape, const DeviceProperties& device,
-                                       const TuningOptions& tuning);
+                                       const TuningOptions& tuning, Occupancy occupancy = Occupancy::kQueryDevice);
 
 // Whether the sm90 kernel's 64-row tiles are the better layout for the shape:
 // more than 32 heads, or 17-32 heads within one wave of CTAs (the padding rows

@@ -135,13 +135,13 @@ std::string plan_description(const PlanState& state) {
                                  plan.smem_bytes);
   if (plan.pack_tokens > 1) text += fmt::format(", {} tokens packed per CTA", plan.pack_tokens);
   if (plan.prefetch_rows) text += ", L2 prefetch";
-  if (plan.flags.ping_pong) text += ", ping-pong consumers";
   return text + fmt::format(", {} B scratch", plan.workspace_bytes);
 }
 
 template <cuda::KernelFamily kFamily>
 Expected<PlanState> plan_family(const Context& context, const Problem& problem) {
-  auto plan = cuda::plan_attention(kFamily, attention_shape(problem), context.device(), context.tuning());
+  const auto occupancy = context.validates_only() ? cuda::Occupancy::kSharedMemoryOnly : cuda::Occupancy::kQueryDevice;
+  auto plan = cuda::plan_attention(kFamily, attention_shape(problem), context.device(), context.tuning(), occupancy);
   if (!plan) return plan.status();
   PlanState state;
   state.workspace_bytes = plan->workspace_bytes;

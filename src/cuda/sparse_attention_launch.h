@@ -44,7 +44,6 @@ constexpr LoaderKind flat_bf16_loader_kind(int d_qk) {
 struct LaunchFlags {
   bool pair_head_blocks = true;  // h_q 65..128: the two head blocks of a token as a CTA pair
   bool token_major = true;       // a token's head blocks start together
-  bool ping_pong = false;        // the consumer warpgroups take alternate tiles (splits of many tiles)
 };
 
 struct AttentionVariant {

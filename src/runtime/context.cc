@@ -77,9 +77,6 @@ Expected<TuningOptions> TuningOptions::from_environment() {
   auto prefetch = read_switch("SMLA_SM90_PREFETCH", Switch::kAuto);
   if (!prefetch) return prefetch.status();
   options.sm90_prefetch = *prefetch;
-  auto ping_pong = read_switch("SMLA_SM90_PINGPONG", Switch::kAuto);
-  if (!ping_pong) return ping_pong.status();
-  options.sm90_ping_pong = *ping_pong;
   auto pair = read_switch("SMLA_SM90_PAIR", Switch::kOn);
   if (!pair) return pair.status();
   options.sm90_pair_head_blocks = *pair != Switch::kOff;

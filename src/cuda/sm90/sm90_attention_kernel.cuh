@@ -58,39 +58,21 @@ enum NamedBarrier : int {
   kPEmpty = 4,
   kConsumers = 5,
   kProducers = 6,
-  // Ping-pong consumers: a pair's row maxima and each side's P, full and free again.
-  kEvenMax = 7,
-  kOddMax = 8,
-  kEvenPFull = 9,
-  kEvenPEmpty = 10,
-  kOddPFull = 11,
-  kOddPEmpty = 12,
 };
-
-// Ping-pong consumers hold the same state (S, P, half of O) and get the same budget;
-// the producer gets the rest.
-inline constexpr int kPingPongConsumerRegisters = 192;
-inline constexpr int kPingPongProducerRegisters = 3 * kStartRegisters - 2 * kPingPongConsumerRegisters;
-static_assert(kPingPongConsumerRegisters >= kStartRegisters && kPingPongProducerRegisters <= kStartRegisters);
 
 // A CTA pair (h_q 65..128: the two head blocks of a token, one cluster) splits
 // each tile's expansion: CTA `rank` expands keys [32 rank, 32 rank + 32) and
 // bulk-copies them into the peer's buffer, so each producer does half the work.
 inline constexpr int kPairKeys = kKeys / 2;
-inline constexpr int kPingPongFullThreads = 256;  // the producers and the tile's owner
 
 template <int kDim>
 struct Sm90Layout {
   static constexpr int kChunkBytes = 64 * kSwizzleRowBytes;  // 64 rows x 64 values
   static constexpr int kTileBytes = kDim / 64 * kChunkBytes;
-  // Ping-pong consumers keep the P of each K buffer's tile beside it: in the
-  // buffer's last 64 columns once Q K^T has read them (d_qk 576: the RoPE part,
-  // which P V never reads), else in a second P chunk (d_qk 512 has the room).
-  static constexpr bool kPInRopeChunk = kDim > kValueDim;
   static constexpr int kQ = 0;
   static constexpr int kK = kQ + kTileBytes;  // two K buffers
   static constexpr int kP = kK + 2 * kTileBytes;
-  static constexpr int kAlpha = kP + (kPInRopeChunk ? 1 : 2) * kChunkBytes;
+  static constexpr int kAlpha = kP + kChunkBytes;
   static constexpr int kRowMax = kAlpha + kRows * 4;
   static constexpr int kRowSum = kRowMax + kRows * 4;
   static constexpr int kValid = kRowSum + kRows * 4;  // [2][kKeys]
@@ -100,18 +82,11 @@ struct Sm90Layout {
   static constexpr int kPeerEmpty = kPeerFull + 2 * 8;
   // Per K buffer: "this CTA's consumers are done with it" (all 256 arrive).
   static constexpr int kConsumed = kPeerEmpty + 2 * 8;
-  // Ping-pong: the running row maxima after the even and after the odd tile of a pair.
-  static constexpr int kPairMax = kConsumed + 2 * 8;
-  static constexpr int kBytes = kPairMax + 2 * kRows * 4;
+  static constexpr int kBytes = kConsumed + 2 * 8;
   static constexpr int kPairChunkBytes = kPairKeys * kSwizzleRowBytes;  // half of a 64-row region
   static constexpr int kPairBytes = kDim / 64 * kPairChunkBytes + kPairKeys * 4;  // K rows and valid flags
   static constexpr int kDynamicBytes = kBytes + kSwizzleAtomBytes;  // slack to align the base to 1024 B
   static_assert(kDynamicBytes <= 227 * 1024, "an H100 block has 227 KB of shared memory");
-
-  // Where the ping-pong P of buffer `buffer`'s tile lives.
-  static constexpr int ping_pong_p(int buffer) {
-    return kPInRopeChunk ? kK + buffer * kTileBytes + (kDim / 64 - 1) * kChunkBytes : kP + buffer * kChunkBytes;
-  }
 };
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -182,7 +157,7 @@ __device__ __forceinline__ void send_half_to_peer(std::uint8_t* smem, int tile, 
   bulk_commit();
 }
 
-template <class Loader, bool kPair, int kFullThreads = kThreads>
+template <class Loader, bool kPair>
 __device__ __forceinline__ void run_producer(const SparseAttentionParams& p, std::uint8_t* smem, int token, int begin,
                                              int end, int n_main, int num_tiles, int thread, std::uint32_t rank) {
   using Layout = Sm90Layout<Loader::kDim>;
@@ -237,7 +212,7 @@ __device__ __forceinline__ void run_producer(const SparseAttentionParams& p, std
     if (round % kRounds == kRounds - 1) {
       fence_view_async_shared();  // for wgmma and the bulk copy (async proxy)
       if constexpr (kPair) send_half_to_peer<Loader::kDim>(smem, tile, buffer, rank, thread);
-      named_barrier_arrive(kFull0 + buffer, kFullThreads);
+      named_barrier_arrive(kFull0 + buffer, kThreads);
     }
   };
 #pragma unroll
@@ -282,12 +257,10 @@ __device__ __forceinline__ void release_buffer(std::uint8_t* smem, int tile, int
   }
 }
 
-// Consumers of a CTA pair also wait for the peer's half of the tile. FULL(b) counts
-// the producers and every consumer that waits on it: both consumer warpgroups,
-// or only the tile's owner with ping-pong consumers (kPingPongFullThreads).
-template <int kDim, bool kPair, int kFullThreads = kThreads>
+// Consumers of a CTA pair also wait for the peer's half of the tile.
+template <int kDim, bool kPair>
 __device__ __forceinline__ void wait_full(std::uint8_t* smem, int tile, int buffer) {
-  named_barrier_sync(kFull0 + buffer, kFullThreads);
+  named_barrier_sync(kFull0 + buffer, kThreads);
   if constexpr (kPair) mbarrier_wait(smem_address(smem + Sm90Layout<kDim>::kPeerFull + 8 * buffer), (tile / 2) & 1);
 }
 
@@ -541,184 +514,10 @@ __device__ __forceinline__ void run_value_warpgroup(const SparseAttentionParams&
                     reinterpret_cast<const float*>(smem + Layout::kRowSum), warp, lane);
 }
 
-// P (packed bf16 pairs) times a per-row factor: the even side's P, first taken
-// against its own tile's max, re-expressed against the pair's.
-__device__ __forceinline__ void rescale_probabilities(Probabilities& probabilities, const float (&factor)[2]) {
-#pragma unroll
-  for (int step = 0; step < 4; ++step) {
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const float2 v = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&probabilities[step][r]));
-      probabilities[step][r] = pack_bf16(v.x * factor[r % 2], v.y * factor[r % 2]);
-    }
-  }
-}
-
-// Ping-pong consumers (splits of many tiles, e.g. prefill). Warpgroup kSide
-// computes S, the softmax and P of the tiles of its parity (0: even tiles, in
-// K buffer 0; 1: odd, buffer 1) and O for its 256 columns over every tile, so
-// one side's Q K^T runs while the other's softmax does and neither waits for a
-// single score warpgroup. Per pair of tiles (a even, b odd):
-//   even: S_a; M_a = max(M, max S_a) -> odd; P_a against M_a; O = O alpha + P_a V_a;
-//         M_b, beta = exp2((M_a - M_b) c) <- odd; O, P_a, sum *= beta; P_a -> odd;
-//         O += P_b V_b (P_b from odd)
-//   odd:  S_b; M_b = max(M_a, max S_b), beta -> even; O = O gamma + P_b V_b, gamma
-//         from its own M; P_b -> even; O += P_a V_a (P_a from even)
-// so both halves of O and both partial sums end against the same running max.
-// A pair without an odd tile (an odd tile count) takes M_b = M_a.
-template <class Loader, bool kPair, int kSide>
-__device__ __forceinline__ void run_ping_pong_consumer(const SparseAttentionParams& p, std::uint8_t* smem, int token,
-                                                       int head0, int split, int num_tiles, int thread,
-                                                       std::uint32_t rank) {
-  using Layout = Sm90Layout<Loader::kDim>;
-  const int warp = thread / 32;
-  const int lane = thread % 32;
-  const int row0 = 16 * warp + lane / 4;
-  const int* valid_s = reinterpret_cast<const int*>(smem + Layout::kValid);
-  float* even_max_s = reinterpret_cast<float*>(smem + Layout::kPairMax);
-  float* odd_max_s = even_max_s + kRows;
-  float* beta_s = reinterpret_cast<float*>(smem + Layout::kAlpha);
-  const std::uint64_t q_desc = make_sw128_desc(smem_address(smem + Layout::kQ), 16, kSwizzleAtomBytes);
-  const std::uint32_t k_address[2] = {smem_address(smem + Layout::kK),
-                                      smem_address(smem + Layout::kK + Layout::kTileBytes)};
-  std::uint8_t* const p_tile[2] = {smem + Layout::ping_pong_p(0), smem + Layout::ping_pong_p(1)};
-  constexpr int kMine = kSide;       // the buffer of this side's tiles
-  constexpr int kOther = 1 - kSide;
-
-  float o[128];
-#pragma unroll
-  for (int i = 0; i < 128; ++i) o[i] = 0.0f;
-  float row_max[2] = {-INFINITY, -INFINITY};  // the running max both sides agree on after each pair
-  float row_sum[2] = {0.0f, 0.0f};            // this side's tiles only; the two meet at the end
-
-  for (int even_tile = 0; even_tile < num_tiles; even_tile += 2) {
-    const bool has_odd = even_tile + 1 < num_tiles;
-    const int my_tile = even_tile + kSide;
-    const bool has_mine = my_tile < num_tiles;
-    float s[32];
-    float tile_max[2] = {-INFINITY, -INFINITY};
-    if (has_mine) {
-      wait_full<Loader::kDim, kPair, kPingPongFullThreads>(smem, my_tile, kMine);
-      score_tile<Loader::kDim>(s, q_desc, make_sw128_desc(k_address[kMine], 16, kSwizzleAtomBytes));
-      mask_scores(s, valid_s + kMine * kKeys, lane, tile_max);
-    }
-    float reference[2];
-    float own_factor[2];   // rescales this side's O and sum from its last max to the new one
-    float even_factor[2] = {1.0f, 1.0f};  // beta: the even side's values from M_a to M_b
-    if constexpr (kSide == 0) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const RowRescale step = advance_row_max(row_max[h], tile_max[h], p.scale_log2);
-        reference[h] = step.reference;
-        own_factor[h] = step.alpha;
-      }
-      if (lane % 4 == 0) {
-        even_max_s[row0] = row_max[0];
-        even_max_s[row0 + 8] = row_max[1];
-      }
-      named_barrier_arrive(kEvenMax, kConsumerThreads);
-    } else {
-      named_barrier_sync(kEvenMax, kConsumerThreads);
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        float pair_max = even_max_s[row0 + 8 * h];
-        const RowRescale step = advance_row_max(pair_max, tile_max[h], p.scale_log2);
-        reference[h] = step.reference;
-        even_factor[h] = step.alpha;
-        own_factor[h] = exp2f((row_max[h] - step.reference) * p.scale_log2);
-        row_max[h] = pair_max;
-      }
-      if (has_odd) {
-        if (lane % 4 == 0) {
-          odd_max_s[row0] = row_max[0];
-          odd_max_s[row0 + 8] = row_max[1];
-          beta_s[row0] = even_factor[0];
-          beta_s[row0 + 8] = even_factor[1];
-        }
-        named_barrier_arrive(kOddMax, kConsumerThreads);
-      }
-    }
-    row_sum[0] *= own_factor[0];
-    row_sum[1] *= own_factor[1];
-    rescale_rows(o, own_factor[0], own_factor[1]);
-    Probabilities probabilities = {};
-    if (has_mine) {
-      exponentiate_scores(s, reference, p.scale_log2, row_sum);
-      pack_probabilities(s, probabilities);
-      issue_pv_from_registers(o, probabilities, value_half_desc<Loader::kDim>(k_address[kMine], kSide));
-    }
-    if constexpr (kSide == 0) {
-      if (has_odd) {
-        named_barrier_sync(kOddMax, kConsumerThreads);
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          even_factor[h] = beta_s[row0 + 8 * h];
-          row_max[h] = odd_max_s[row0 + 8 * h];
-        }
-      }
-      wgmma_wait<0>();
-      pin_registers(o);
-      release_buffer<Loader::kDim, kPair>(smem, my_tile, num_tiles, kMine, lane, rank);
-      if (has_odd) {
-        row_sum[0] *= even_factor[0];
-        row_sum[1] *= even_factor[1];
-        rescale_rows(o, even_factor[0], even_factor[1]);
-        rescale_probabilities(probabilities, even_factor);
-      }
-    }
-    if (has_mine) {  // this side's P for the other side's half of O
-      if (even_tile > 0) named_barrier_sync(kSide == 0 ? kEvenPEmpty : kOddPEmpty, kConsumerThreads);
-      store_probabilities(p_tile[kMine], probabilities, row0, lane);
-      fence_view_async_shared();
-      named_barrier_arrive(kSide == 0 ? kEvenPFull : kOddPFull, kConsumerThreads);
-    }
-    const bool has_other = kSide == 0 ? has_odd : true;
-    if (has_other) {  // O += the other side's P times this side's half of its V
-      named_barrier_sync(kSide == 0 ? kOddPFull : kEvenPFull, kConsumerThreads);
-      issue_pv_from_shared(o, smem_address(p_tile[kOther]), value_half_desc<Loader::kDim>(k_address[kOther], kSide));
-      wgmma_wait<0>();
-      pin_registers(o);
-      // The other side stores its next P once this side has read this one.
-      const bool other_stores_again = kSide == 0 ? even_tile + 3 < num_tiles : even_tile + 2 < num_tiles;
-      if (other_stores_again) named_barrier_arrive(kSide == 0 ? kOddPEmpty : kEvenPEmpty, kConsumerThreads);
-      release_buffer<Loader::kDim, kPair>(smem, even_tile + kOther, num_tiles, kOther, lane, rank);
-    }
-    if constexpr (kSide == 1) {
-      if (has_mine) {
-        wgmma_wait<0>();  // (already complete: the wait above covers every earlier group)
-        release_buffer<Loader::kDim, kPair>(smem, my_tile, num_tiles, kMine, lane, rank);
-      }
-    }
-  }
-
-  // Row statistics: each side's quad sums meet, then the two sides' sums.
-  float* max_s = reinterpret_cast<float*>(smem + Layout::kRowMax);
-  float* sum_s = reinterpret_cast<float*>(smem + Layout::kRowSum);
-#pragma unroll
-  for (int h = 0; h < 2; ++h) row_sum[h] = row_reduce_sum<4>(row_sum[h]);
-  if (kSide == 1 && lane % 4 == 0) {
-    sum_s[row0] = row_sum[0];
-    sum_s[row0 + 8] = row_sum[1];
-  }
-  named_barrier_sync(kConsumers, kConsumerThreads);
-  if (kSide == 0 && lane % 4 == 0) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = row0 + 8 * h;
-      publish_row_statistics(p, split, HeadBlockRows{p, token, head0}, row, row_max[h], row_sum[h] + sum_s[row], max_s,
-                             sum_s);
-    }
-  }
-  named_barrier_sync(kConsumers, kConsumerThreads);
-  write_output_half(p, o, token, head0, split, kSide * kHalfColumns, max_s, sum_s, warp, lane);
-}
-
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
 // kPair: launched as clusters of the two head blocks of a token (grid y = 2).
-// kPingPong: the two consumer warpgroups take alternate tiles (run_ping_pong_consumer)
-// instead of a score and a value warpgroup; no L2 prefetch.
-template <class Loader, bool kTokenMajor, bool kPair, bool kPingPong>
+template <class Loader, bool kTokenMajor, bool kPair>
 __global__ void __launch_bounds__(kThreads, 1) sm90_attention_kernel(const __grid_constant__ SparseAttentionParams p) {
   static_assert(!(kPair && kTokenMajor), "a pair's CTAs start together anyway");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -769,22 +568,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_attention_kernel(const __gri
   const int num_tiles = (end - begin + kKeys - 1) / kKeys;
 
   const int warpgroup = tid / 128;
-  if constexpr (kPingPong) {
-    if (warpgroup == 2) {
-      lower_registers<kPingPongProducerRegisters>();
-      run_producer<Loader, kPair, kPingPongFullThreads>(p, smem, token, begin, end, n_main, num_tiles, tid - kConsumerThreads, rank);
-    } else {
-      raise_registers<kPingPongConsumerRegisters>();
-      load_query<Loader::kDim>(p, token, head0, smem + Layout::kQ, tid);
-      fence_view_async_shared();
-      named_barrier_sync(kConsumers, kConsumerThreads);
-      if (warpgroup == 0) {
-        run_ping_pong_consumer<Loader, kPair, 0>(p, smem, token, head0, split, num_tiles, tid, rank);
-      } else {
-        run_ping_pong_consumer<Loader, kPair, 1>(p, smem, token, head0, split, num_tiles, tid - 128, rank);
-      }
-    }
-  } else if (warpgroup == 2) {
+  if (warpgroup == 2) {
     lower_registers<kProducerRegisters>();
     run_producer<Loader, kPair>(p, smem, token, begin, end, n_main, num_tiles, tid - kConsumerThreads, rank);
   } else if (warpgroup == 0) {

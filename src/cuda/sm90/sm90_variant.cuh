@@ -8,13 +8,12 @@
 
 namespace smla::cuda::sm90 {
 
-// The kernel's launch configuration: plain, or the two head blocks of an h_q
-// 65..128 token as a CTA pair (a cluster of two) that shares the expansion.
-template <class Loader, bool kPingPong>
-cudaError_t launch_sm90_kernel(const SparseAttentionParams& params, dim3 grid, int smem_bytes, const LaunchFlags& flags,
-                               cudaStream_t stream) {
+template <class Loader>
+cudaError_t launch_sm90_attention(const SparseAttentionParams& params, dim3 grid, int smem_bytes, const LaunchFlags& flags,
+                                  cudaStream_t stream) {
+  // The two head blocks of an h_q 65..128 token run as a CTA pair that shares the expansion.
   if (grid.y == 2 && flags.pair_head_blocks) {
-    auto* kernel = sm90_attention_kernel<Loader, false, true, kPingPong>;
+    auto* kernel = sm90_attention_kernel<Loader, false, true>;
     const cudaError_t status = ensure_dynamic_smem(kernel, smem_bytes);
     if (status != cudaSuccess) return status;
     cudaLaunchAttribute cluster{};
@@ -31,9 +30,7 @@ cudaError_t launch_sm90_kernel(const SparseAttentionParams& params, dim3 grid, i
     config.numAttrs = 1;
     return cudaLaunchKernelEx(&config, kernel, params);
   }
-  // Grid-order blocks only for A/B runs of the classic consumers (TuningOptions::sm90_token_major).
-  auto* kernel = !kPingPong && !flags.token_major ? sm90_attention_kernel<Loader, false, false, false>
-                                                 : sm90_attention_kernel<Loader, true, false, kPingPong>;
+  auto* kernel = flags.token_major ? sm90_attention_kernel<Loader, true, false> : sm90_attention_kernel<Loader, false, false>;
   const cudaError_t status = ensure_dynamic_smem(kernel, smem_bytes);
   if (status != cudaSuccess) return status;
   kernel<<<grid, kThreads, smem_bytes, stream>>>(params);
@@ -41,15 +38,8 @@ cudaError_t launch_sm90_kernel(const SparseAttentionParams& params, dim3 grid, i
 }
 
 template <class Loader>
-cudaError_t launch_sm90_attention(const SparseAttentionParams& params, dim3 grid, int smem_bytes, const LaunchFlags& flags,
-                                  cudaStream_t stream) {
-  return flags.ping_pong ? launch_sm90_kernel<Loader, true>(params, grid, smem_bytes, flags, stream)
-                         : launch_sm90_kernel<Loader, false>(params, grid, smem_bytes, flags, stream);
-}
-
-template <class Loader>
 cudaError_t sm90_attention_blocks_per_sm(int smem_bytes, int* blocks) {
-  auto* kernel = sm90_attention_kernel<Loader, true, false, false>;
+  auto* kernel = sm90_attention_kernel<Loader, true, false>;
   const cudaError_t status = ensure_dynamic_smem(kernel, smem_bytes);
   if (status != cudaSuccess) return status;
   return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, kernel, kThreads, smem_bytes);

@@ -49,8 +49,7 @@ struct KernelChoice {
 
 // Every cuda implementation of `op` that runs on this device, named through
 // TuningOptions::implementation (the registry, not a hard-coded list); the sm90
-// kernel with both consumer schemes (ping-pong or score + value), each also
-// without CTA pairs when a token has two 64-row head blocks.
+// kernel also without CTA pairs when a token has two 64-row head blocks.
 inline std::vector<KernelChoice> kernel_choices(Op op, std::int64_t heads) {
   std::vector<KernelChoice> choices;
   const Context context = cuda_context();
@@ -65,19 +64,10 @@ inline std::vector<KernelChoice> kernel_choices(Op op, std::int64_t heads) {
     }
     TuningOptions tuning;
     tuning.implementation = std::string(implementation.name);
-    if (implementation.name != "cuda.sm90") {
-      choices.push_back({tuning.implementation, tuning});
-      continue;
-    }
-    for (const bool ping_pong : {false, true}) {
-      tuning.sm90_ping_pong = ping_pong ? TuningOptions::Switch::kOn : TuningOptions::Switch::kOff;
-      const std::string consumers = ping_pong ? " (ping-pong consumers)" : " (score + value consumers)";
-      tuning.sm90_pair_head_blocks = true;
-      choices.push_back({"cuda.sm90" + consumers, tuning});
-      if (heads > 64 && heads <= 128) {
-        tuning.sm90_pair_head_blocks = false;
-        choices.push_back({"cuda.sm90 without CTA pairs" + consumers, tuning});
-      }
+    choices.push_back({tuning.implementation, tuning});
+    if (implementation.name == "cuda.sm90" && heads > 64 && heads <= 128) {
+      tuning.sm90_pair_head_blocks = false;
+      choices.push_back({"cuda.sm90 without CTA pairs", tuning});
     }
   }
   return choices;

@@ -94,7 +94,6 @@ TEST(TuningOptions, DefaultsAreTheTunedChoices) {
   EXPECT_TRUE(defaults.sm90_pair_head_blocks);
   EXPECT_TRUE(defaults.sm90_token_major);
   EXPECT_EQ(defaults.cpu_threads, 0);
-  EXPECT_EQ(defaults.sm90_ping_pong, TuningOptions::Switch::kAuto);
 }
 
 TEST(TuningOptions, ReadFromTheEnvironment) {
@@ -104,7 +103,6 @@ TEST(TuningOptions, ReadFromTheEnvironment) {
   const ScopedVariable pair("SMLA_SM90_PAIR", "off");
   const ScopedVariable order("SMLA_SM90_BLOCK_ORDER", "grid");
   const ScopedVariable threads("SMLA_NUM_THREADS", "3");
-  const ScopedVariable ping_pong("SMLA_SM90_PINGPONG", "off");
   auto tuning = TuningOptions::from_environment();
   ASSERT_TRUE(IsOk(tuning.status()));
   EXPECT_EQ(tuning->implementation, "cuda.portable");
@@ -113,7 +111,6 @@ TEST(TuningOptions, ReadFromTheEnvironment) {
   EXPECT_FALSE(tuning->sm90_pair_head_blocks);
   EXPECT_FALSE(tuning->sm90_token_major);
   EXPECT_EQ(tuning->cpu_threads, 3);
-  EXPECT_EQ(tuning->sm90_ping_pong, TuningOptions::Switch::kOff);
 }
 
 TEST(TuningOptions, UnknownValuesNameTheVariable) {
