@@ -8,10 +8,23 @@
 #include <string>
 #include <vector>
 
+#include "smla/context.h"
 #include "smla/status.h"
 #include "testkit/compare.h"
 
 namespace smla::testing {
+
+// The properties of an H100 SXM: the nominal device of validating contexts
+// (Context::create_validating) in tests that run without a GPU.
+inline DeviceProperties nominal_h100() {
+  DeviceProperties device;
+  device.ordinal = 0;
+  device.compute_capability = 90;
+  device.multiprocessors = 132;
+  device.shared_memory_per_block = 232448;
+  device.name = "NVIDIA H100 80GB HBM3 (nominal, validating)";
+  return device;
+}
 
 // A fresh seed per run (printed by the caller on failure) unless SMLA_TEST_SEED is set.
 std::uint64_t test_seed();

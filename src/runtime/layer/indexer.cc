@@ -14,13 +14,6 @@
 namespace smla {
 
 using namespace layer_detail;
-using detail::check_block_table;
-using detail::check_index_vector;
-using detail::check_positions;
-using detail::check_tensor;
-using detail::kAnyExtent;
-using detail::read_index;
-using detail::read_table;
 
 namespace {
 

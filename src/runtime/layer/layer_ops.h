@@ -23,11 +23,23 @@
 #include "smla/registry.h"
 #include "smla/rope.h"
 #include "smla/status.h"
+#include "src/core/argument_checks.h"
+#include "src/core/strided_access.h"
 #include "src/cpu/thread_pool.h"
 #include "src/runtime/op_tables.h"
 #include "src/runtime/registry_internal.h"
 
 namespace smla::layer_detail {
+
+// The shared argument checks and strided reads, the front ends' vocabulary.
+using detail::check_block_table;
+using detail::check_device;
+using detail::check_index_vector;
+using detail::check_positions;
+using detail::check_tensor;
+using detail::kAnyExtent;
+using detail::read_index;
+using detail::read_table;
 
 struct RopeShape {
   std::int64_t tokens = 0;

@@ -9,10 +9,6 @@
 namespace smla {
 
 using namespace layer_detail;
-using detail::check_index_vector;
-using detail::check_positions;
-using detail::check_tensor;
-using detail::kAnyExtent;
 
 constexpr std::int64_t kHeadDim = V4Fp8Format::kHeadDim;
 

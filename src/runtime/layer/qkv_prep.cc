@@ -11,10 +11,6 @@
 namespace smla {
 
 using namespace layer_detail;
-using detail::check_index_vector;
-using detail::check_positions;
-using detail::check_tensor;
-using detail::kAnyExtent;
 
 namespace {
 

@@ -13,10 +13,6 @@
 namespace smla {
 
 using namespace layer_detail;
-using detail::check_index_vector;
-using detail::check_positions;
-using detail::check_tensor;
-using detail::kAnyExtent;
 
 RopeConfig RopeConfig::swa_only() { return RopeConfig{10000.0, 1.0, 65536, 32.0, 1.0}; }
 RopeConfig RopeConfig::compressed() { return RopeConfig{160000.0, 16.0, 65536, 32.0, 1.0}; }

@@ -219,7 +219,7 @@ TEST(CudaSparseDecode, RejectsTensorsOfAnotherDevice) {
 // arguments, selects and plans as on that card, and runs nothing. Runs on
 // machines without a GPU too.
 TEST(CudaSparseDecode, ValidatingContextPlansForANominalH100) {
-  auto context = Context::create_validating(Backend::kCuda, nominal_h100());
+  auto context = Context::create_validating(Backend::kCuda, testing::nominal_h100());
   ASSERT_TRUE(IsOk(context.status()));
   testkit::DecodeCase c = testkit::make_decode_case(small_v4_case());
   SparseDecodeArgs args = c.args();
@@ -234,7 +234,9 @@ TEST(CudaSparseDecode, ValidatingContextPlansForANominalH100) {
   auto plan = plan_sparse_decode(*context, args);
   ASSERT_TRUE(IsOk(plan.status()));
   for (const Implementation& row : implementations()) {  // the Hopper kernel when this build has it
-    if (row.name == "cuda.sm90" && row.op == Op::kSparseDecode) EXPECT_EQ(plan->implementation().name, "cuda.sm90");
+    if (row.name == "cuda.sm90" && row.op == Op::kSparseDecode) {
+      EXPECT_EQ(plan->implementation().name, "cuda.sm90");
+    }
   }
   EXPECT_TRUE(testing::FailsWith(sparse_decode(*context, *plan, args), StatusCode::kUnimplemented,
                                  {"validating context", "nothing ran"}));

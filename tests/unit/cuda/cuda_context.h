@@ -11,19 +11,9 @@
 #include <iostream>
 
 #include "smla/context.h"
+#include "tests/common/test_common.h"
 
 namespace smla {
-
-// The properties of an H100 SXM, the nominal device of validating contexts.
-inline DeviceProperties nominal_h100() {
-  DeviceProperties device;
-  device.ordinal = 0;
-  device.compute_capability = 90;
-  device.multiprocessors = 132;
-  device.shared_memory_per_block = 232448;
-  device.name = "NVIDIA H100 80GB HBM3 (nominal, validating)";
-  return device;
-}
 
 inline Context cudatest_context(void* stream = nullptr, void* workspace = nullptr, std::size_t workspace_bytes = 0) {
   auto context = Context::create(Backend::kCuda);
@@ -33,7 +23,7 @@ inline Context cudatest_context(void* stream = nullptr, void* workspace = nullpt
       return true;
     }();
     (void)noted;
-    context = Context::create_validating(Backend::kCuda, nominal_h100());
+    context = Context::create_validating(Backend::kCuda, testing::nominal_h100());
   }
   if (!context) {
     ADD_FAILURE() << "no cuda context: " << context.status().to_string();

@@ -145,12 +145,7 @@ TEST(ValidatingContext, ChecksArgumentsAndRunsNothing) {
 }
 
 TEST(ValidatingContext, CudaNeedsItsDeviceProperties) {
-  DeviceProperties h100;
-  h100.ordinal = 0;
-  h100.compute_capability = 90;
-  h100.multiprocessors = 132;
-  h100.shared_memory_per_block = 232448;
-  h100.name = "NVIDIA H100 80GB HBM3 (nominal)";
+  const DeviceProperties h100 = testing::nominal_h100();
   auto context = Context::create_validating(Backend::kCuda, h100);
   const auto& rows = implementations();
   const bool cuda_compiled = std::any_of(rows.begin(), rows.end(), [](const Implementation& row) {
