@@ -239,6 +239,53 @@ __device__ __forceinline__ void run_producer(const SparseAttentionParams& p, std
   if (kPair && thread == 0) bulk_wait_sources_read();  // before the CTA may exit
 }
 
+// Rows that need no expansion (bf16 rows, the flat prefill workspace): a tile's
+// rows are copied with cp.async straight into the swizzled buffer, all of the
+// producer's share of the tile in flight at once (the register-staged producer
+// above keeps one pass in flight). Each tile's indices are requested a tile ahead.
+template <class Loader, bool kPair>
+__device__ __forceinline__ void run_copy_producer(const SparseAttentionParams& p, std::uint8_t* smem, int token,
+                                                  int begin, int end, int n_main, int num_tiles, int thread,
+                                                  std::uint32_t rank) {
+  using Layout = Sm90Layout<Loader::kDim>;
+  constexpr int kKeysPerRound = 128 / Loader::kParts;
+  constexpr int kRounds = (kPair ? kPairKeys : kKeys) / kKeysPerRound;  // this CTA's rounds per tile
+  const int first_row = kPair ? static_cast<int>(rank) * kPairKeys : 0;
+  int* valid_s = reinterpret_cast<int*>(smem + Layout::kValid);
+  const int part = Loader::part_of(thread);
+  const int key_in_round = Loader::key_of(thread);
+  auto row_of = [&](int round) { return first_row + round * kKeysPerRound + key_in_round; };
+  PendingKey pending[kRounds];
+  auto request_tile = [&](int tile) {  // past `end`: nothing is read
+#pragma unroll
+    for (int r = 0; r < kRounds; ++r) pending[r] = request_key(p, token, begin + tile * kKeys + row_of(r), end, n_main);
+  };
+  request_tile(0);
+  for (int tile = 0; tile < num_tiles; ++tile) {
+    const int buffer = tile & 1;
+    KeySlot keys[kRounds];
+#pragma unroll
+    for (int r = 0; r < kRounds; ++r) keys[r] = resolve_key(p, pending[r]);
+    request_tile(tile + 1);
+    if (tile >= 2) {
+      if (kPair && thread == 0) bulk_wait_sources_read();  // the last sends from this buffer
+      mbarrier_wait(smem_address(smem + Layout::kConsumed + 8 * buffer), ((tile - 2) / 2) & 1);
+    }
+    std::uint8_t* k_tile = smem + Layout::kK + buffer * Layout::kTileBytes;
+#pragma unroll
+    for (int r = 0; r < kRounds; ++r) {
+      Loader::copy_async(k_tile, row_of(r), part, key_source(p, keys[r].source), keys[r].slot, keys[r].valid);
+      if (part == 0) valid_s[buffer * kKeys + row_of(r)] = keys[r].valid ? 1 : 0;
+    }
+    cp_async_commit();
+    cp_async_wait_all();
+    fence_view_async_shared();  // for wgmma and the bulk copy (async proxy)
+    if constexpr (kPair) send_half_to_peer<Loader::kDim>(smem, tile, buffer, rank, thread);
+    named_barrier_arrive(kFull0 + buffer, kThreads);
+  }
+  if (kPair && thread == 0) bulk_wait_sources_read();  // before the CTA may exit
+}
+
 // Once a consumer thread's P V is done (the wgmma wait covers its reads of the
 // buffer) it releases the buffer to this CTA's producers: every consumer thread
 // arrives, because an mbarrier arrival releases only the arriving thread's own
@@ -570,7 +617,11 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_attention_kernel(const __gri
   const int warpgroup = tid / 128;
   if (warpgroup == 2) {
     lower_registers<kProducerRegisters>();
-    run_producer<Loader, kPair>(p, smem, token, begin, end, n_main, num_tiles, tid - kConsumerThreads, rank);
+    if constexpr (Loader::kCopiesRows) {
+      run_copy_producer<Loader, kPair>(p, smem, token, begin, end, n_main, num_tiles, tid - kConsumerThreads, rank);
+    } else {
+      run_producer<Loader, kPair>(p, smem, token, begin, end, n_main, num_tiles, tid - kConsumerThreads, rank);
+    }
   } else if (warpgroup == 0) {
     raise_registers<kScoreRegisters>();
     load_query<Loader::kDim>(p, token, head0, smem + Layout::kQ, tid);

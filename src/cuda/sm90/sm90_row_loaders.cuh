@@ -157,6 +157,8 @@ struct Sm90RowLoader {
   static constexpr int kUnits = Units::kFp8Units + Units::kBf16Units;
   static constexpr int kUnitsPerPart = kUnits / kParts;
   static constexpr int kFp8UnitsPerPart = Units::kFp8Units / kParts;  // units j < this are FP8
+  // Rows without FP8 units need no expansion: the producer copies them (copy_async).
+  static constexpr bool kCopiesRows = Units::kFp8Units == 0;
   static_assert(kDim % 64 == 0, "K rows are whole 64-value (128-byte) swizzle rows");
 
   struct Share {
@@ -234,6 +236,25 @@ struct Sm90RowLoader {
         const int dim = 16 * Units::kFp8Units + 8 * (unit - Units::kFp8Units);
         *reinterpret_cast<uint4*>(tile + element_offset(key, dim)) = share.units[j];
       }
+    }
+  }
+
+  // Copies this part's units of a bf16 row straight into row `key` of a K tile
+  // with cp.async (the caller commits and waits); an invalid key's units are zeroed.
+  __device__ static void copy_async(std::uint8_t* tile, int key, int part, const KvSourceParams& src, std::uint32_t slot,
+                                    bool valid) {
+    static_assert(kCopiesRows);
+    if (!valid) {
+#pragma unroll
+      for (int j = 0; j < kUnitsPerPart; ++j) {
+        *reinterpret_cast<uint4*>(tile + element_offset(key, 8 * (part + kParts * j))) = make_uint4(0, 0, 0, 0);
+      }
+      return;
+    }
+    const std::uint8_t* base = Units::locate(src, slot).row + 16 * part;
+#pragma unroll
+    for (int j = 0; j < kUnitsPerPart; ++j) {
+      cp_async_16(tile + element_offset(key, 8 * (part + kParts * j)), base + Units::unit_offset(kParts * j));
     }
   }
 
