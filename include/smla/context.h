@@ -47,7 +47,8 @@ struct TuningOptions {
   // grids only). SMLA_SM90_PREFETCH=on|off.
   Switch sm90_prefetch = Switch::kAuto;
   // sm90 kernel: the two head blocks of an h_q 65..128 token run as a CTA pair
-  // sharing the K expansion. SMLA_SM90_PAIR=off turns it off.
+  // sharing the K expansion (FP8 rows; bf16 rows are copied, never paired).
+  // SMLA_SM90_PAIR=off turns it off.
   bool sm90_pair_head_blocks = true;
   // sm90 kernel: a token's head blocks start together (token-major block
   // order). SMLA_SM90_BLOCK_ORDER=grid keeps the launch order.

@@ -180,7 +180,9 @@ bool sm90_tiles_preferred(const AttentionShape& shape, const DeviceProperties& d
 Expected<AttentionPlan> plan_attention(KernelFamily family, const AttentionShape& shape, const DeviceProperties& device,
                                        const TuningOptions& tuning, Occupancy occupancy) {
   AttentionPlan plan;
-  plan.flags = LaunchFlags{tuning.sm90_pair_head_blocks, tuning.sm90_token_major};
+  // A CTA pair shares the expansion of FP8 rows; bf16 rows are only copied, and each
+  // CTA copying its own measured 3-4% faster than a pair's extra hop (docs/PERF.md).
+  plan.flags = LaunchFlags{tuning.sm90_pair_head_blocks && !rows_stored_as_bf16(shape.kind), tuning.sm90_token_major};
   int rows = kMaxTileRows;
   if (family == KernelFamily::kSm90) {
     plan.variant = sm90_attention_variant(shape.kind);

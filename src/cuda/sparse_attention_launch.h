@@ -40,6 +40,15 @@ constexpr LoaderKind flat_bf16_loader_kind(int d_qk) {
   return d_qk == Bf16RowsFormat::kHeadDim ? loader_kind(KvFormat::kBf16Rows) : static_cast<LoaderKind>(KvFormats::kSize);
 }
 
+// Whether a row source stores bf16 values (copied as they are) rather than FP8 codes to expand, from its traits.
+template <class... Rows>
+constexpr bool stores_bf16(KvFormatList<Rows...>, LoaderKind kind) {
+  constexpr bool kBf16[] = {(Rows::kStorage == DType::kBF16)...};
+  return kBf16[static_cast<std::size_t>(kind)];
+}
+constexpr bool rows_stored_as_bf16(LoaderKind kind) { return stores_bf16(KernelRows{}, kind); }
+static_assert(rows_stored_as_bf16(loader_kind(KvFormat::kBf16Rows)) && !rows_stored_as_bf16(loader_kind(KvFormat::kV4Fp8)));
+
 // Launch-time choices of the sm90 kernel (TuningOptions); the portable kernel has none.
 struct LaunchFlags {
   bool pair_head_blocks = true;  // h_q 65..128: the two head blocks of a token as a CTA pair
