@@ -479,6 +479,31 @@ Status combine_topk_swa_indices(const Context& context, const BatchDescription& 
                   "combine_topk_swa_indices");
 }
 
+// A compressed layer's source of gather_prefill_chunk: its block table (returned)
+// and its cache, whose pages hold 256 / r entries of the swa cache's head dim.
+Expected<const TensorView*> check_compressed_source(DeviceChecker& dev, const BatchDescription& batch,
+                                                    const StepConfig& config, LayerType type, int compress_ratio,
+                                                    const KvCacheView& compressed_cache, std::int64_t head_dim) {
+  const bool c4a = type == LayerType::kC4A;
+  const TensorView* table = c4a ? &batch.c4_block_table : &batch.c128_block_table;
+  if (!table->present()) {
+    return invalid_argument(c4a ? "batch.c4_block_table" : "batch.c128_block_table", "present for a compressed layer",
+                            "absent");
+  }
+  SMLA_RETURN_IF_ERROR(validate_kv_cache(compressed_cache, "compressed_cache"));
+  SMLA_RETURN_IF_ERROR(dev.check(compressed_cache.pages, "compressed_cache.pages", compressed_cache.pages.dtype, 3));
+  const std::int64_t block = compressed_block_size(config, compress_ratio);
+  if (compressed_cache.page_size() != block) {
+    return invalid_argument("compressed_cache", fmt::format("page size 256 / r = {}", block),
+                            std::to_string(compressed_cache.page_size()));
+  }
+  if (kv_format_info(compressed_cache.format).head_dim != head_dim) {
+    return invalid_argument("compressed_cache", fmt::format("head dim {} (the swa cache's)", head_dim),
+                            std::to_string(kv_format_info(compressed_cache.format).head_dim));
+  }
+  return table;
+}
+
 Status gather_prefill_chunk(const Context& context, const BatchDescription& batch, const StepConfig& config,
                             int compress_ratio, const PrefillChunk& chunk, std::int64_t compressed_rows,
                             const KvCacheView& swa_cache, const KvCacheView& compressed_cache, const TensorView& out) {
@@ -508,22 +533,10 @@ Status gather_prefill_chunk(const Context& context, const BatchDescription& batc
   }
   const TensorView* table = nullptr;
   if (*type != LayerType::kSwaOnly) {
-    table = *type == LayerType::kC4A ? &batch.c4_block_table : &batch.c128_block_table;
-    if (!table->present()) {
-      return invalid_argument(*type == LayerType::kC4A ? "batch.c4_block_table" : "batch.c128_block_table",
-                              "present for a compressed layer", "absent");
-    }
-    SMLA_RETURN_IF_ERROR(validate_kv_cache(compressed_cache, "compressed_cache"));
-    SMLA_RETURN_IF_ERROR(dev.check(compressed_cache.pages, "compressed_cache.pages", compressed_cache.pages.dtype, 3));
-    const std::int64_t block = compressed_block_size(config, compress_ratio);
-    if (compressed_cache.page_size() != block) {
-      return invalid_argument("compressed_cache", fmt::format("page size 256 / r = {}", block),
-                              std::to_string(compressed_cache.page_size()));
-    }
-    if (kv_format_info(compressed_cache.format).head_dim != head_dim) {
-      return invalid_argument("compressed_cache", fmt::format("head dim {} (the swa cache's)", head_dim),
-                              std::to_string(kv_format_info(compressed_cache.format).head_dim));
-    }
+    auto compressed_table =
+        check_compressed_source(dev, batch, config, *type, compress_ratio, compressed_cache, head_dim);
+    if (!compressed_table) return compressed_table.status();
+    table = *compressed_table;
   }
   SMLA_RETURN_IF_ERROR(dev.check_launchable(context));
 
