@@ -128,7 +128,8 @@ class Context {
   struct OwnedWorkspace;  // the grown buffer, shared by copies
 
  private:
-  Context() = default;
+  // What both create()s make: a concrete backend, its device, the tuning and a fresh owned workspace.
+  Context(Backend backend, DeviceProperties device, const TuningOptions& tuning, bool validates_only);
 
   Backend backend_ = Backend::kCpu;
   DeviceProperties device_;

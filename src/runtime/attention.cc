@@ -8,7 +8,6 @@
 
 #include "src/core/attention_validate.h"
 #include "src/cpu/cpu_attention.h"
-#include "src/cpu/thread_pool.h"
 #include "src/reference/reference_ops.h"
 #include "src/runtime/op_tables.h"
 #include "src/runtime/registry_internal.h"
@@ -130,11 +129,9 @@ Expected<AttentionPlan> plan_problem(const Context& context, const Problem& prob
 template <class Functions, class Args, class Shape>
 Status execute(const Context& context, const runtime::Entry& entry, const runtime::PlanState& plan, const Args& args,
                const Shape& shape) {
-  auto scratch = context.scratch(plan.workspace_bytes);
-  if (!scratch) return scratch.status();
-  SMLA_RETURN_IF_ERROR(runtime::check_runs(context));
-  const cpu::ScopedThreadLimit threads(context.tuning().cpu_threads);
-  return runtime::functions_of<Functions>(entry).run(context, plan, args, shape, *scratch);
+  return runtime::run_with_scratch(context, plan.workspace_bytes, [&](void* scratch) {
+    return runtime::functions_of<Functions>(entry).run(context, plan, args, shape, scratch);
+  });
 }
 
 // Runs a caller's plan on a validated call whose problem is `problem`.

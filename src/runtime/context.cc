@@ -99,17 +99,20 @@ Expected<Context> Context::create(Backend backend) {
   return create(backend, *tuning);
 }
 
+Context::Context(Backend backend, DeviceProperties device, const TuningOptions& tuning, bool validates_only)
+    : backend_(backend),
+      device_(std::move(device)),
+      tuning_(tuning),
+      validates_only_(validates_only),
+      owned_(std::make_shared<OwnedWorkspace>()) {
+  owned_->runtime = runtime::backend_runtime(backend);
+}
+
 Expected<Context> Context::create(Backend backend, const TuningOptions& tuning) {
   const Backend resolved = resolve_backend(backend);
   auto device = usable_device(resolved);
   if (!device) return device.status();
-  Context context;
-  context.backend_ = resolved;
-  context.device_ = *device;
-  context.tuning_ = tuning;
-  context.owned_ = std::make_shared<OwnedWorkspace>();
-  context.owned_->runtime = runtime::backend_runtime(resolved);
-  return context;
+  return Context(resolved, std::move(*device), tuning, false);
 }
 
 Expected<Context> Context::create_validating(Backend backend, const DeviceProperties& device,
@@ -130,19 +133,10 @@ Expected<Context> Context::create_validating(Backend backend, const DeviceProper
                                         device.ordinal, device.compute_capability, device.multiprocessors,
                                         device.shared_memory_per_block));
   }
-  Context context;
-  context.backend_ = backend;
-  context.device_ = device;
-  if (backend != Backend::kCuda) {
-    auto host = runtime::host_runtime().current_device();
-    if (!host) return host.status();
-    context.device_ = *host;
-  }
-  context.tuning_ = tuning;
-  context.validates_only_ = true;
-  context.owned_ = std::make_shared<OwnedWorkspace>();
-  context.owned_->runtime = runtime::backend_runtime(backend);
-  return context;
+  if (backend == Backend::kCuda) return Context(backend, device, tuning, true);
+  auto host = runtime::host_runtime().current_device();  // host backends always have the host
+  if (!host) return host.status();
+  return Context(backend, std::move(*host), tuning, true);
 }
 
 Expected<void*> Context::scratch(std::size_t bytes) const {

@@ -15,6 +15,7 @@
 #include "smla/context.h"
 #include "smla/registry.h"
 #include "smla/tensor.h"
+#include "src/cpu/thread_pool.h"
 
 namespace smla::runtime {
 
@@ -68,6 +69,18 @@ const BackendRuntime* cuda_runtime();                    // CUDA builds only; de
 // validating context (Context::create_validating), Unimplemented saying the
 // arguments passed and nothing ran.
 Status check_runs(const Context& context);
+
+// The last steps of every op front end, after validation and select: scratch
+// from the context (a caller workspace is checked even in a validating
+// context), check_runs, then run(scratch) on at most the context's CPU threads.
+template <class Run>
+Status run_with_scratch(const Context& context, std::size_t scratch_bytes, Run&& run) {
+  auto scratch = context.scratch(scratch_bytes);
+  if (!scratch) return scratch.status();
+  SMLA_RETURN_IF_ERROR(check_runs(context));
+  const cpu::ScopedThreadLimit threads(context.tuning().cpu_threads);
+  return run(*scratch);
+}
 
 // Runs call(context) in the calling thread's default_context(backend): the
 // one-call entries without a Context.

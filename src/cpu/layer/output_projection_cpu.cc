@@ -13,9 +13,6 @@
 
 namespace smla::layer_detail {
 
-using detail::load_floats;
-using detail::read_index;
-
 Status project_output_f32(const OutputProjectionArgs& args, const OutputShape& shape) {
   constexpr int kHeadDim = V4Fp8Format::kHeadDim;
   const std::int64_t width = shape.heads * kHeadDim;  // o row: all heads

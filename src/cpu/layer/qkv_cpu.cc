@@ -17,9 +17,6 @@
 
 namespace smla::layer_detail {
 
-using detail::load_floats;
-using detail::read_index;
-
 namespace {
 constexpr int kHeadDim = V4Fp8Format::kHeadDim;
 constexpr int kRopeOffset = V4Fp8Format::kNopeDim;

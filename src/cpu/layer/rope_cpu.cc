@@ -5,8 +5,6 @@
 
 namespace smla::layer_detail {
 
-using detail::read_index;
-
 // Tokens in parallel: every (token, head) rotation is independent.
 Status apply_rope_f32(const RopeArgs& args, const RopeShape& shape) {
   float* base = args.x.ptr<float>();

@@ -178,15 +178,15 @@ Status check_launch(const Context& context, const CompressorArgs& args, const la
   }
   const TensorView& destination = args.kv_cache ? args.kv_cache->pages : args.index_cache->pages;
   return layer_cuda::check_on_context_device(context, {{&args.kv_score, "kv_score"},
-                                              {&args.ape, "ape"},
-                                              {&args.norm_weight, "norm_weight"},
-                                              {&args.positions, "positions"},
-                                              {&args.token_to_request, "token_to_request"},
-                                              {&args.state_cache, "state_cache"},
-                                              {&args.state_block_table, "state_block_table"},
-                                              {&args.state_slot_mapping, "state_slot_mapping"},
-                                              {&args.compressed_slot_mapping, "compressed_slot_mapping"},
-                                              {&destination, args.kv_cache ? "kv_cache" : "index_cache"}});
+                                                       {&args.ape, "ape"},
+                                                       {&args.norm_weight, "norm_weight"},
+                                                       {&args.positions, "positions"},
+                                                       {&args.token_to_request, "token_to_request"},
+                                                       {&args.state_cache, "state_cache"},
+                                                       {&args.state_block_table, "state_block_table"},
+                                                       {&args.state_slot_mapping, "state_slot_mapping"},
+                                                       {&args.compressed_slot_mapping, "compressed_slot_mapping"},
+                                                       {&destination, args.kv_cache ? "kv_cache" : "index_cache"}});
 }
 
 }  // namespace

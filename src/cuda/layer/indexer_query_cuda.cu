@@ -70,10 +70,10 @@ Status check_launch(const Context& context, const IndexerQueryArgs& args, const 
                             args.q.shape_string());
   }
   return layer_cuda::check_on_context_device(context, {{&args.q, "q"},
-                                              {&args.weights, "weights"},
-                                              {&args.positions, "positions"},
-                                              {&args.q_fp8, "q_fp8"},
-                                              {&args.head_weights, "head_weights"}});
+                                                       {&args.weights, "weights"},
+                                                       {&args.positions, "positions"},
+                                                       {&args.q_fp8, "q_fp8"},
+                                                       {&args.head_weights, "head_weights"}});
 }
 
 }  // namespace

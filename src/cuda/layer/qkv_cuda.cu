@@ -104,7 +104,8 @@ Status check_launch(const Context& context, const QueryPrepArgs& args, const lay
     return invalid_argument("out", "at most " + std::to_string(layer_cuda::kMaxGridY * kQueryWarps) + " heads",
                             args.out.shape_string());
   }
-  return layer_cuda::check_on_context_device(context, {{&args.q, "q"}, {&args.out, "out"}, {&args.positions, "positions"}});
+  return layer_cuda::check_on_context_device(context,
+                                             {{&args.q, "q"}, {&args.out, "out"}, {&args.positions, "positions"}});
 }
 
 Status check_launch(const Context& context, const KvPrepArgs& args, const layer_cuda::KvShape& shape) {
@@ -112,10 +113,10 @@ Status check_launch(const Context& context, const KvPrepArgs& args, const layer_
     return invalid_argument("kv", "at most 2^31-1 tokens", std::to_string(shape.tokens));
   }
   return layer_cuda::check_on_context_device(context, {{&args.kv, "kv"},
-                                              {&args.positions, "positions"},
-                                              {&args.slot_mapping, "slot_mapping"},
-                                              {&args.cache.pages, "cache"},
-                                              {&args.rotated, "rotated"}});
+                                                       {&args.positions, "positions"},
+                                                       {&args.slot_mapping, "slot_mapping"},
+                                                       {&args.cache.pages, "cache"},
+                                                       {&args.rotated, "rotated"}});
 }
 
 }  // namespace

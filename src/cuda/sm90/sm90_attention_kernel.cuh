@@ -157,6 +157,23 @@ __device__ __forceinline__ void send_half_to_peer(std::uint8_t* smem, int tile, 
   bulk_commit();
 }
 
+// The producers' two hand-offs of K buffer `buffer` around tile `tile`, the same
+// for both producers: wait until the consumers (and, in a pair, the last bulk
+// sends) are done with the tile two back; publish the stored tile to the
+// consumers (and the peer).
+template <int kDim, bool kPair>
+__device__ __forceinline__ void wait_buffer_free(std::uint8_t* smem, int tile, int buffer, int thread) {
+  if (tile < 2) return;
+  if (kPair && thread == 0) bulk_wait_sources_read();  // the last sends from this buffer
+  mbarrier_wait(smem_address(smem + Sm90Layout<kDim>::kConsumed + 8 * buffer), ((tile - 2) / 2) & 1);
+}
+template <int kDim, bool kPair>
+__device__ __forceinline__ void publish_tile(std::uint8_t* smem, int tile, int buffer, std::uint32_t rank, int thread) {
+  fence_view_async_shared();  // for wgmma and the bulk copy (async proxy)
+  if constexpr (kPair) send_half_to_peer<kDim>(smem, tile, buffer, rank, thread);
+  named_barrier_arrive(kFull0 + buffer, kThreads);
+}
+
 template <class Loader, bool kPair>
 __device__ __forceinline__ void run_producer(const SparseAttentionParams& p, std::uint8_t* smem, int token, int begin,
                                              int end, int n_main, int num_tiles, int thread, std::uint32_t rank) {
@@ -201,19 +218,12 @@ __device__ __forceinline__ void run_producer(const SparseAttentionParams& p, std
     load_share(keys[incoming], shares[incoming]);
     const int tile = round / kRounds;
     const int buffer = tile & 1;
-    if (round % kRounds == 0 && tile >= 2) {
-      if (kPair && thread == 0) bulk_wait_sources_read();  // the last sends from this buffer
-      mbarrier_wait(smem_address(smem + Layout::kConsumed + 8 * buffer), ((tile - 2) / 2) & 1);
-    }
+    if (round % kRounds == 0) wait_buffer_free<Loader::kDim, kPair>(smem, tile, buffer, thread);
     const int key = first_row + (round % kRounds) * kKeysPerRound + key_in_round;
     const float fp8_scale = key_source(p, keys[current].source).fp8_scale;
     Loader::store(smem + Layout::kK + buffer * Layout::kTileBytes, key, part, shares[current], fp8_scale);
     if (part == 0) valid_s[buffer * kKeys + key] = keys[current].valid ? 1 : 0;
-    if (round % kRounds == kRounds - 1) {
-      fence_view_async_shared();  // for wgmma and the bulk copy (async proxy)
-      if constexpr (kPair) send_half_to_peer<Loader::kDim>(smem, tile, buffer, rank, thread);
-      named_barrier_arrive(kFull0 + buffer, kThreads);
-    }
+    if (round % kRounds == kRounds - 1) publish_tile<Loader::kDim, kPair>(smem, tile, buffer, rank, thread);
   };
 #pragma unroll
   for (int i = 0; i < kAhead; ++i) keys[i] = resolve_key(p, request_round(i));
@@ -267,10 +277,7 @@ __device__ __forceinline__ void run_copy_producer(const SparseAttentionParams& p
 #pragma unroll
     for (int r = 0; r < kRounds; ++r) keys[r] = resolve_key(p, pending[r]);
     request_tile(tile + 1);
-    if (tile >= 2) {
-      if (kPair && thread == 0) bulk_wait_sources_read();  // the last sends from this buffer
-      mbarrier_wait(smem_address(smem + Layout::kConsumed + 8 * buffer), ((tile - 2) / 2) & 1);
-    }
+    wait_buffer_free<Loader::kDim, kPair>(smem, tile, buffer, thread);
     std::uint8_t* k_tile = smem + Layout::kK + buffer * Layout::kTileBytes;
 #pragma unroll
     for (int r = 0; r < kRounds; ++r) {
@@ -279,9 +286,7 @@ __device__ __forceinline__ void run_copy_producer(const SparseAttentionParams& p
     }
     cp_async_commit();
     cp_async_wait_all();
-    fence_view_async_shared();  // for wgmma and the bulk copy (async proxy)
-    if constexpr (kPair) send_half_to_peer<Loader::kDim>(smem, tile, buffer, rank, thread);
-    named_barrier_arrive(kFull0 + buffer, kThreads);
+    publish_tile<Loader::kDim, kPair>(smem, tile, buffer, rank, thread);
   }
   if (kPair && thread == 0) bulk_wait_sources_read();  // before the CTA may exit
 }

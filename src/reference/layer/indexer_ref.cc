@@ -11,10 +11,6 @@
 
 namespace smla::layer_detail {
 
-using detail::load_floats;
-using detail::read_index;
-using detail::read_table;
-
 namespace {
 constexpr int kDim = kIndexerHeadDim;
 }  // namespace

@@ -7,9 +7,6 @@
 
 namespace smla::layer_detail {
 
-using detail::load_floats;
-using detail::read_index;
-
 Status project_output_f64(const OutputProjectionArgs& args, const OutputShape& shape) {
   constexpr int kHeadDim = V4Fp8Format::kHeadDim;
   const std::int64_t heads_per_group = shape.heads / shape.groups;

@@ -4,8 +4,6 @@
 
 namespace smla::layer_detail {
 
-using detail::read_index;
-
 Status apply_rope_f64(const RopeArgs& args, const RopeShape& shape) {
   float* base = args.x.ptr<float>();
   for (std::int64_t t = 0; t < shape.tokens; ++t) {

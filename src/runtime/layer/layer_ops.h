@@ -25,7 +25,6 @@
 #include "smla/status.h"
 #include "src/core/argument_checks.h"
 #include "src/core/strided_access.h"
-#include "src/cpu/thread_pool.h"
 #include "src/runtime/op_tables.h"
 #include "src/runtime/registry_internal.h"
 
@@ -38,6 +37,7 @@ using detail::check_index_vector;
 using detail::check_positions;
 using detail::check_tensor;
 using detail::kAnyExtent;
+using detail::load_floats;
 using detail::read_index;
 using detail::read_table;
 
@@ -127,11 +127,8 @@ Status run_layer_op(const Context& context, const Args& args, const Shape& shape
   if (!functions) return functions.status();
   auto bytes = scratch_bytes(**functions, context, args, shape);
   if (!bytes) return bytes.status();
-  auto scratch = context.scratch(*bytes);
-  if (!scratch) return scratch.status();
-  SMLA_RETURN_IF_ERROR(runtime::check_runs(context));
-  const cpu::ScopedThreadLimit threads(context.tuning().cpu_threads);
-  return (*functions)->run(context, args, shape, *scratch);
+  return runtime::run_with_scratch(context, *bytes,
+                                   [&](void* scratch) { return (*functions)->run(context, args, shape, scratch); });
 }
 
 // Prefixes a failed status with the op's name ("prepare_query: "), formatting
