@@ -93,6 +93,7 @@ Expected<SparseAttentionParams> kernel_params(const detail::AttentionOperands& o
   p.stride_out_t = operands.stride_out_t;
   p.stride_out_h = operands.stride_out_h;
   p.out_aligned_4 = aligned(p.out, 4) && p.stride_out_t % 2 == 0 && p.stride_out_h % 2 == 0;
+  p.out_aligned_16 = aligned(p.out, 16) && p.stride_out_t % 8 == 0 && p.stride_out_h % 8 == 0;
   p.lse = operands.lse;
   p.stride_lse_t = operands.stride_lse_t;
   p.stride_lse_h = operands.stride_lse_h;

@@ -52,7 +52,8 @@ struct SparseAttentionParams {
   std::uint16_t* out = nullptr;  // [T, h_q, 512] bf16 bits
   std::int64_t stride_out_t = 0;
   std::int64_t stride_out_h = 0;
-  bool out_aligned_4 = false;  // bf16 pairs may be stored as one 32-bit word
+  bool out_aligned_4 = false;   // bf16 pairs may be stored as one 32-bit word
+  bool out_aligned_16 = false;  // rows and every 8-value unit start on 16 bytes (sm90 staged output)
   float* lse = nullptr;        // [T, h_q] natural log, sink excluded, +inf when empty; may be nullptr
   std::int64_t stride_lse_t = 0;
   std::int64_t stride_lse_h = 0;

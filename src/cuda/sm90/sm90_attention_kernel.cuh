@@ -39,18 +39,45 @@ inline constexpr int kThreads = 384;    // score, value and producer warpgroups
 inline constexpr int kConsumerThreads = 256;  // score and value warpgroups
 inline constexpr int kHalfColumns = kValueDim / 2;
 inline constexpr int kPrefetchTiles = 4;  // how far ahead the value warpgroup asks L2 for rows
-inline constexpr int kScoreRegisters = 192;
-inline constexpr int kValueRegisters = 160;
-inline constexpr int kProducerRegisters = 152;
 // A thread of a 384-thread CTA starts with 168 registers (65536 / 384, rounded
 // down to a multiple of 8). setmaxnreg only raises above or lowers below that,
 // and a raise waits until the lowered warpgroups have returned enough to the
-// CTA's pool: the three budgets must fit in 3 x 168 or the score warpgroup
+// CTA's pool: the three budgets must fit in 3 x 168 or a raising warpgroup
 // waits forever.
 inline constexpr int kStartRegisters = 65536 / kThreads / 8 * 8;
-static_assert(kScoreRegisters + kValueRegisters + kProducerRegisters <= 3 * kStartRegisters);
-static_assert(kScoreRegisters >= kStartRegisters && kValueRegisters <= kStartRegisters &&
-              kProducerRegisters <= kStartRegisters);
+// Per warpgroup: the expanding producer holds a pass of rows in registers; the
+// copying one (bf16 rows) only addresses, and its registers go to the consumers.
+template <bool kCopiesRows>
+struct RegisterBudget {
+  static constexpr int kScore = 192;
+  static constexpr int kValue = 160;
+  static constexpr int kProducer = 152;
+};
+template <>
+struct RegisterBudget<true> {
+  static constexpr int kScore = 200;
+  static constexpr int kValue = 192;
+  static constexpr int kProducer = 112;
+};
+template <bool kCopiesRows>
+constexpr bool budget_fits() {
+  using Budget = RegisterBudget<kCopiesRows>;
+  return Budget::kScore + Budget::kValue + Budget::kProducer <= 3 * kStartRegisters &&
+         Budget::kScore >= kStartRegisters && Budget::kProducer <= kStartRegisters;
+}
+static_assert(budget_fits<false>() && budget_fits<true>());
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// setmaxnreg to kRegisters, up or down from the start.
+template <int kRegisters>
+__device__ __forceinline__ void set_registers() {
+  if constexpr (kRegisters > kStartRegisters) {
+    raise_registers<kRegisters>();
+  } else if constexpr (kRegisters < kStartRegisters) {
+    lower_registers<kRegisters>();
+  }
+}
+#endif
 
 enum NamedBarrier : int {
   kFull0 = 1,  // and kFull0 + 1: one per K buffer
@@ -58,6 +85,7 @@ enum NamedBarrier : int {
   kPEmpty = 4,
   kConsumers = 5,
   kProducers = 6,
+  kOutput0 = 7,  // and kOutput0 + 1: a consumer warpgroup's staged output half
 };
 
 // A CTA pair (h_q 65..128: the two head blocks of a token, one cluster) splits
@@ -75,7 +103,8 @@ struct Sm90Layout {
   static constexpr int kAlpha = kP + kChunkBytes;
   static constexpr int kRowMax = kAlpha + kRows * 4;
   static constexpr int kRowSum = kRowMax + kRows * 4;
-  static constexpr int kValid = kRowSum + kRows * 4;  // [2][kKeys]
+  static constexpr int kRowFactor = kRowSum + kRows * 4;  // an unsplit row's output factor (staged output)
+  static constexpr int kValid = kRowFactor + kRows * 4;  // [2][kKeys]
   // CTA pairs: per K buffer, "the peer's half has landed here" and "the peer's
   // consumers are done with their copy of the buffer" (mbarriers, 8 bytes each).
   static constexpr int kPeerFull = kValid + 2 * kKeys * 4;
@@ -116,18 +145,60 @@ __device__ __forceinline__ void rescale_rows(float (&o)[128], float alpha_row0, 
   pin_registers(o);
 }
 
+// The same where some row of the warp changed its max: a warp whose rows all kept
+// theirs (alpha exactly 1) skips the 128 multiplies, most tiles of a long prefill.
+__device__ __forceinline__ void rescale_changed_rows(float (&o)[128], float alpha_row0, float alpha_row8) {
+  if (__any_sync(0xFFFFFFFFu, alpha_row0 != 1.0f || alpha_row8 != 1.0f)) rescale_rows(o, alpha_row0, alpha_row8);
+}
+
 __device__ __forceinline__ std::uint32_t pack_bf16(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<const std::uint32_t*>(&v);
 }
 
-// Writes one consumer warpgroup's 256 output columns from column0 on (the wgmma
+// Writes one consumer warpgroup's 256 output columns, half `half` (the wgmma
 // m64n256 accumulator: warp w's quarter is rows 16 w .. 16 w + 15 in 32 m16n8 fragments).
-__device__ __forceinline__ void write_output_half(const SparseAttentionParams& p, const float (&o)[128], int token,
-                                                  int head0, int split, int column0, const float* row_max,
-                                                  const float* row_sum, int warp, int lane) {
-  write_output_fragments<1, kHalfColumns / 8>(p, split, HeadBlockRows{p, token, head0}, 16 * warp, column0, lane,
-                                              row_max, row_sum, [&](int /*mt*/, int nt, int i) { return o[4 * nt + i]; });
+// A bf16 output with 16-byte aligned rows goes through shared memory (the Q tile,
+// which no wgmma reads any more once both warpgroups are here): stmatrix of the
+// scaled fragments, then each warp stores whole 512-byte row halves. Writing the
+// fragments straight out took 64 four-byte stores a thread, each warp's store
+// touching 8 rows, and cost the consumers a tenth of a prefill CTA's time.
+template <int kDim>
+__device__ __forceinline__ void write_output_half(const SparseAttentionParams& p, float (&o)[128],
+                                                  std::uint8_t* smem, int token, int head0, int split, int half,
+                                                  const float* row_max, const float* row_sum, int warp, int lane) {
+  const HeadBlockRows rows{p, token, head0};
+  if (p.num_splits > 1 || !p.out_aligned_16) {
+    write_output_fragments<1, kHalfColumns / 8>(p, split, rows, 16 * warp, half * kHalfColumns, lane, row_max, row_sum,
+                                                [&](int /*mt*/, int nt, int i) { return o[4 * nt + i]; });
+    return;
+  }
+  using Layout = Sm90Layout<kDim>;
+  constexpr int kUnitsPerHalf = kHalfColumns / 8;
+  const float* factor_s = reinterpret_cast<const float*>(smem + Layout::kRowFactor);  // by the score warpgroup
+  const float factor[2] = {factor_s[16 * warp + lane / 4], factor_s[16 * warp + lane / 4 + 8]};
+  const std::uint32_t stage = smem_address(smem + Layout::kQ);
+  const int block = lane / 8;  // stmatrix: this lane addresses a row of 8x8 block `block`
+  const int block_row = 16 * warp + 8 * (block % 2) + lane % 8;
+#pragma unroll
+  for (int pair = 0; pair < kUnitsPerHalf / 2; ++pair) {  // n-tiles 2 pair and 2 pair + 1
+    const int unit = half * kUnitsPerHalf + 2 * pair + block / 2;
+    float* v = o + 8 * pair;
+    // Converted here, after the last pair's stmatrix: hoisting them all measured spills in the value warpgroup.
+    asm volatile("" : "+f"(v[0]), "+f"(v[1]), "+f"(v[2]), "+f"(v[3]), "+f"(v[4]), "+f"(v[5]), "+f"(v[6]), "+f"(v[7]));
+    store_matrices_x4(stage + (unit / 8) * Layout::kChunkBytes + swizzled_offset(block_row, unit % 8),
+                      pack_bf16(v[0] * factor[0], v[1] * factor[0]), pack_bf16(v[2] * factor[1], v[3] * factor[1]),
+                      pack_bf16(v[4] * factor[0], v[5] * factor[0]), pack_bf16(v[6] * factor[1], v[7] * factor[1]));
+  }
+  named_barrier_sync(kOutput0 + half, 128);
+  const int unit = half * kUnitsPerHalf + lane;
+#pragma unroll 4
+  for (int row = warp; row < kRows; row += 4) {
+    if (!rows.live(row)) continue;
+    const uint4 value =
+        *reinterpret_cast<const uint4*>(smem + Layout::kQ + (unit / 8) * Layout::kChunkBytes + swizzled_offset(row, unit % 8));
+    *reinterpret_cast<uint4*>(p.out + token * p.stride_out_t + rows.head(row) * p.stride_out_h + unit * 8) = value;
+  }
 }
 
 // CTA pairs: after the producers' stores of a tile, thread 0 sends this CTA's
@@ -337,9 +408,9 @@ __device__ __forceinline__ void mask_scores(float (&s)[32], const int* valid, in
   tile_max[1] = -INFINITY;
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
-    const int key = 8 * i + 2 * (lane % 4);
-    const bool v0 = valid[key] != 0;
-    const bool v1 = valid[key + 1] != 0;
+    const int2 flags = *reinterpret_cast<const int2*>(valid + 8 * i + 2 * (lane % 4));  // one 8-byte load a key pair
+    const bool v0 = flags.x != 0;
+    const bool v1 = flags.y != 0;
     s[4 * i] = v0 ? s[4 * i] : -INFINITY;
     s[4 * i + 1] = v1 ? s[4 * i + 1] : -INFINITY;
     s[4 * i + 2] = v0 ? s[4 * i + 2] : -INFINITY;
@@ -366,14 +437,14 @@ __device__ __forceinline__ void exponentiate_scores(float (&s)[32], const float 
 #pragma unroll
     for (int i = 0; i < 32; ++i) {
       const int h = (i % 4) / 2;
-      s[i] = exp2f(fmaf(s[i], scale_log2, h == 0 ? shift0 : shift1));
+      s[i] = fast_exp2(fmaf(s[i], scale_log2, h == 0 ? shift0 : shift1));
       row_sum[h] += s[i];
     }
   } else {
 #pragma unroll
     for (int i = 0; i < 32; ++i) {
       const int h = (i % 4) / 2;
-      s[i] = exp2f((s[i] - reference[h]) * scale_log2);
+      s[i] = fast_exp2((s[i] - reference[h]) * scale_log2);
       row_sum[h] += s[i];
     }
   }
@@ -391,15 +462,17 @@ __device__ __forceinline__ void pack_probabilities(const float (&s)[32], Probabi
   }
 }
 
-// P into a swizzled 64 x 64 bf16 chunk of shared memory, where the other warpgroup's wgmma reads it.
-__device__ __forceinline__ void store_probabilities(std::uint8_t* p_tile, const Probabilities& probabilities, int row0,
-                                                    int lane) {
+// P into a swizzled 64 x 64 bf16 chunk of shared memory, where the other
+// warpgroup's wgmma reads it: per 16-key step, one stmatrix of the warp's four
+// 8x8 blocks (rows 0-7 / 8-15 x the step's two 8-key units).
+__device__ __forceinline__ void store_probabilities(std::uint32_t p_address, const Probabilities& probabilities,
+                                                    int warp, int lane) {
+  const int block = lane / 8;
+  const int row = 16 * warp + 8 * (block % 2) + lane % 8;
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const std::uint32_t column_byte = 4 * (lane % 4);
-    *reinterpret_cast<std::uint32_t*>(p_tile + swizzled_offset(row0, i) + column_byte) = probabilities[i / 2][(i % 2) * 2];
-    *reinterpret_cast<std::uint32_t*>(p_tile + swizzled_offset(row0 + 8, i) + column_byte) =
-        probabilities[i / 2][(i % 2) * 2 + 1];
+  for (int step = 0; step < 4; ++step) {
+    store_matrices_x4(p_address + swizzled_offset(row, 2 * step + block / 2), probabilities[step][0],
+                      probabilities[step][1], probabilities[step][2], probabilities[step][3]);
   }
 }
 
@@ -476,7 +549,7 @@ __device__ __forceinline__ void run_score_warpgroup(const SparseAttentionParams&
 
     // P and the rescale factors for the value warpgroup (one buffer: wait until it read the last ones).
     if (tile > 0) named_barrier_sync(kPEmpty, kConsumerThreads);
-    store_probabilities(p_tile, probabilities, row0, lane);
+    store_probabilities(smem_address(p_tile), probabilities, warp, lane);
     if (lane % 4 == 0) {
       alpha_s[row0] = alpha[0];
       alpha_s[row0 + 8] = alpha[1];
@@ -485,7 +558,7 @@ __device__ __forceinline__ void run_score_warpgroup(const SparseAttentionParams&
     named_barrier_arrive(kPFull, kConsumerThreads);
 
     // O[:, 0:256] = alpha O + P V.
-    rescale_rows(o, alpha[0], alpha[1]);
+    rescale_changed_rows(o, alpha[0], alpha[1]);
     issue_pv_from_registers(o, probabilities, value_half_desc<Loader::kDim>(k_address, 0));
     wgmma_wait<0>();
     pin_registers(o);
@@ -495,16 +568,20 @@ __device__ __forceinline__ void run_score_warpgroup(const SparseAttentionParams&
   // Row statistics: the quad's partial sums meet; lane 0 of the quad publishes.
   float* max_s = reinterpret_cast<float*>(smem + Layout::kRowMax);
   float* sum_s = reinterpret_cast<float*>(smem + Layout::kRowSum);
+  float* factor_s = reinterpret_cast<float*>(smem + Layout::kRowFactor);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     row_sum[h] = row_reduce_sum<4>(row_sum[h]);
     const int row = row0 + 8 * h;
     if (lane % 4 == 0) {
-      publish_row_statistics(p, split, HeadBlockRows{p, token, head0}, row, row_max[h], row_sum[h], max_s, sum_s);
+      const HeadBlockRows rows{p, token, head0};
+      publish_row_statistics(p, split, rows, row, row_max[h], row_sum[h], max_s, sum_s);
+      // Once here for both warpgroups' staged output (the sink is a load from device memory).
+      factor_s[row] = p.num_splits == 1 && rows.live(row) ? row_output_factor(p, rows.head(row), row_max[h], row_sum[h]) : 0.0f;
     }
   }
   named_barrier_sync(kConsumers, kConsumerThreads);
-  write_output_half(p, o, token, head0, split, 0, max_s, sum_s, warp, lane);
+  write_output_half<Loader::kDim>(p, o, smem, token, head0, split, 0, max_s, sum_s, warp, lane);
 }
 
 template <class Loader, bool kPair>
@@ -562,8 +639,9 @@ __device__ __forceinline__ void run_value_warpgroup(const SparseAttentionParams&
     release_buffer<Loader::kDim, kPair>(smem, tile, num_tiles, buffer, lane, rank);
   }
   named_barrier_sync(kConsumers, kConsumerThreads);
-  write_output_half(p, o, token, head0, split, kHalfColumns, reinterpret_cast<const float*>(smem + Layout::kRowMax),
-                    reinterpret_cast<const float*>(smem + Layout::kRowSum), warp, lane);
+  write_output_half<Loader::kDim>(p, o, smem, token, head0, split, 1,
+                                  reinterpret_cast<const float*>(smem + Layout::kRowMax),
+                                  reinterpret_cast<const float*>(smem + Layout::kRowSum), warp, lane);
 }
 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
@@ -619,22 +697,23 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_attention_kernel(const __gri
   }
   const int num_tiles = (end - begin + kKeys - 1) / kKeys;
 
+  using Budget = RegisterBudget<Loader::kCopiesRows>;
   const int warpgroup = tid / 128;
   if (warpgroup == 2) {
-    lower_registers<kProducerRegisters>();
+    set_registers<Budget::kProducer>();
     if constexpr (Loader::kCopiesRows) {
       run_copy_producer<Loader, kPair>(p, smem, token, begin, end, n_main, num_tiles, tid - kConsumerThreads, rank);
     } else {
       run_producer<Loader, kPair>(p, smem, token, begin, end, n_main, num_tiles, tid - kConsumerThreads, rank);
     }
   } else if (warpgroup == 0) {
-    raise_registers<kScoreRegisters>();
+    set_registers<Budget::kScore>();
     load_query<Loader::kDim>(p, token, head0, smem + Layout::kQ, tid);
     fence_view_async_shared();
     named_barrier_sync(kConsumers, kConsumerThreads);
     run_score_warpgroup<Loader, kPair>(p, smem, token, head0, split, num_tiles, tid, rank);
   } else {
-    lower_registers<kValueRegisters>();  // below the 168 every thread starts with
+    set_registers<Budget::kValue>();
     load_query<Loader::kDim>(p, token, head0, smem + Layout::kQ, tid);
     fence_view_async_shared();
     named_barrier_sync(kConsumers, kConsumerThreads);

@@ -133,6 +133,25 @@ __device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
   asm volatile("barrier.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
+// Four 8x8 bf16 matrices from their m16n8 accumulator-layout fragments (lane l
+// holds row l / 4, values 2 (l % 4) and + 1 of each, packed) into shared memory:
+// lanes 8 j .. 8 j + 7 give the addresses of matrix j's rows 0..7.
+__device__ __forceinline__ void store_matrices_x4(std::uint32_t row_address, std::uint32_t m0, std::uint32_t m1,
+                                                  std::uint32_t m2, std::uint32_t m3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(row_address), "r"(m0),
+               "r"(m1), "r"(m2), "r"(m3)
+               : "memory");
+}
+
+// 2^x in one MUFU instruction. exp2f without fast math adds a range check and two
+// multiplies to keep subnormal results; here they flush to zero. A softmax weight
+// below 2^-126 of the row's largest changes no sum or output that f32 holds.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // Keeps the compiler from moving reads or writes of an accumulator across the
 // wgmma issue / wait points (the registers change asynchronously in between).
 template <int kCount>

@@ -73,7 +73,17 @@ inline std::vector<KernelChoice> kernel_choices(Op op, std::int64_t heads) {
   return choices;
 }
 
-inline void expect_decode_matches(testkit::DecodeCaseOptions options, const std::string& what) {
+// The output tensor of case `c`, or one whose rows are `head_stride` values apart
+// (0: the case's own strides), e.g. not a multiple of 8 so rows miss 16 bytes.
+inline testkit::HostTensor output_like(const testkit::DecodeCase& c, std::int64_t head_stride) {
+  if (head_stride == 0) return c.make_out();
+  const TensorView& v = c.out().view();
+  return testkit::HostTensor::zeros(DType::kBF16, {v.shape[0], v.shape[1], v.shape[2]},
+                                    {v.shape[1] * head_stride, head_stride, 1});
+}
+
+inline void expect_decode_matches(testkit::DecodeCaseOptions options, const std::string& what,
+                                  std::int64_t out_head_stride = 0) {
   options.seed = testing::test_seed() + options.seed;
   SMLA_SEED_TRACE(options.seed);
   SCOPED_TRACE(what);
@@ -81,7 +91,7 @@ inline void expect_decode_matches(testkit::DecodeCaseOptions options, const std:
   ASSERT_TRUE(testing::IsOk(sparse_decode(c.args(), Backend::kReference)));
   for (const KernelChoice& choice : kernel_choices(Op::kSparseDecode, options.num_heads)) {
     SCOPED_TRACE(choice.label);
-    testkit::HostTensor got_out = c.make_out();
+    testkit::HostTensor got_out = output_like(c, out_head_stride);
     testkit::HostTensor got_lse = c.make_lse();
     testkit::poison(got_out.view());
     testkit::poison(got_lse.view());

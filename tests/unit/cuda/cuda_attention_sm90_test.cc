@@ -109,6 +109,19 @@ TEST(CudaSm90Attention, EveryRowFormat) {
   }
 }
 
+// Output rows that do not start on 16 bytes (4-byte aligned, and odd) take the
+// fragment-by-fragment writes; every other case here goes through the staged output.
+TEST(CudaSm90Attention, OutputRowsOff16Bytes) {
+  SKIP_WITHOUT_DEVICE();
+  for (std::int64_t head_stride : {514, 513}) {
+    testkit::DecodeCaseOptions o = long_v4_case();
+    o.num_heads = 100;
+    o.random_lengths = true;
+    o.seed = static_cast<std::uint64_t>(head_stride);
+    expect_decode_matches(o, "out head stride " + std::to_string(head_stride), head_stride);
+  }
+}
+
 TEST(CudaSm90Attention, FlatPrefillBothHeadDims) {
   SKIP_WITHOUT_DEVICE();
   testkit::PrefillCaseOptions o;
