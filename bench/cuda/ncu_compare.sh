@@ -16,10 +16,9 @@ ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 sections=(--section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis
           --section MemoryWorkloadAnalysis_Tables --section WarpStateStats --section SchedulerStats
           --section InstructionStats --section LaunchStats --section Occupancy --section SourceCounters)
-metrics="sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,"
+metrics="sm__inst_executed_pipe_tensor_op_gmma.sum,"
 metrics+="l1tex__data_pipe_lsu_wavefronts_mem_shared.sum.pct_of_peak_sustained_elapsed,"
 metrics+="l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum,sm__cycles_elapsed.avg"
-"$ncu" --query-metrics 2>/dev/null | grep -iE "gmma|tensor_op" | head -20 >"$out/ncu_metric_names.txt"
 
 profile() {  # name kernel_regex command...
   local name=$1 kernel=$2

@@ -151,6 +151,22 @@ __device__ __forceinline__ void rescale_changed_rows(float (&o)[128], float alph
   if (__any_sync(0xFFFFFFFFu, alpha_row0 != 1.0f || alpha_row8 != 1.0f)) rescale_rows(o, alpha_row0, alpha_row8);
 }
 
+// stmatrix x4 of a warp's 16 rows x two 8-column units (both the P store and the
+// staged output): the row this lane addresses and which of the two units it is in.
+struct MatrixLane {
+  int row;   // 16 warp + 8 (block % 2) + lane % 8, block = lane / 8
+  int unit;  // 0 or 1: block / 2
+};
+__device__ __forceinline__ MatrixLane matrix_lane(int warp, int lane) {
+  return {16 * warp + 8 * ((lane / 8) % 2) + lane % 8, lane / 16};
+}
+
+// An unsplit bf16 output whose rows start on 16 bytes is staged through shared
+// memory (write_output_half); the score warpgroup then leaves each row's factor there.
+__device__ __forceinline__ bool output_is_staged(const SparseAttentionParams& p) {
+  return p.num_splits == 1 && p.out_aligned_16;
+}
+
 __device__ __forceinline__ std::uint32_t pack_bf16(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<const std::uint32_t*>(&v);
@@ -168,7 +184,7 @@ __device__ __forceinline__ void write_output_half(const SparseAttentionParams& p
                                                   std::uint8_t* smem, int token, int head0, int split, int half,
                                                   const float* row_max, const float* row_sum, int warp, int lane) {
   const HeadBlockRows rows{p, token, head0};
-  if (p.num_splits > 1 || !p.out_aligned_16) {
+  if (!output_is_staged(p)) {
     write_output_fragments<1, kHalfColumns / 8>(p, split, rows, 16 * warp, half * kHalfColumns, lane, row_max, row_sum,
                                                 [&](int /*mt*/, int nt, int i) { return o[4 * nt + i]; });
     return;
@@ -178,15 +194,14 @@ __device__ __forceinline__ void write_output_half(const SparseAttentionParams& p
   const float* factor_s = reinterpret_cast<const float*>(smem + Layout::kRowFactor);  // by the score warpgroup
   const float factor[2] = {factor_s[16 * warp + lane / 4], factor_s[16 * warp + lane / 4 + 8]};
   const std::uint32_t stage = smem_address(smem + Layout::kQ);
-  const int block = lane / 8;  // stmatrix: this lane addresses a row of 8x8 block `block`
-  const int block_row = 16 * warp + 8 * (block % 2) + lane % 8;
+  const MatrixLane at = matrix_lane(warp, lane);
 #pragma unroll
   for (int pair = 0; pair < kUnitsPerHalf / 2; ++pair) {  // n-tiles 2 pair and 2 pair + 1
-    const int unit = half * kUnitsPerHalf + 2 * pair + block / 2;
+    const int unit = half * kUnitsPerHalf + 2 * pair + at.unit;
     float* v = o + 8 * pair;
     // Converted here, after the last pair's stmatrix: hoisting them all measured spills in the value warpgroup.
     asm volatile("" : "+f"(v[0]), "+f"(v[1]), "+f"(v[2]), "+f"(v[3]), "+f"(v[4]), "+f"(v[5]), "+f"(v[6]), "+f"(v[7]));
-    store_matrices_x4(stage + (unit / 8) * Layout::kChunkBytes + swizzled_offset(block_row, unit % 8),
+    store_matrices_x4(stage + (unit / 8) * Layout::kChunkBytes + swizzled_offset(at.row, unit % 8),
                       pack_bf16(v[0] * factor[0], v[1] * factor[0]), pack_bf16(v[2] * factor[1], v[3] * factor[1]),
                       pack_bf16(v[4] * factor[0], v[5] * factor[0]), pack_bf16(v[6] * factor[1], v[7] * factor[1]));
   }
@@ -467,11 +482,10 @@ __device__ __forceinline__ void pack_probabilities(const float (&s)[32], Probabi
 // 8x8 blocks (rows 0-7 / 8-15 x the step's two 8-key units).
 __device__ __forceinline__ void store_probabilities(std::uint32_t p_address, const Probabilities& probabilities,
                                                     int warp, int lane) {
-  const int block = lane / 8;
-  const int row = 16 * warp + 8 * (block % 2) + lane % 8;
+  const MatrixLane at = matrix_lane(warp, lane);
 #pragma unroll
   for (int step = 0; step < 4; ++step) {
-    store_matrices_x4(p_address + swizzled_offset(row, 2 * step + block / 2), probabilities[step][0],
+    store_matrices_x4(p_address + swizzled_offset(at.row, 2 * step + at.unit), probabilities[step][0],
                       probabilities[step][1], probabilities[step][2], probabilities[step][3]);
   }
 }
@@ -577,7 +591,9 @@ __device__ __forceinline__ void run_score_warpgroup(const SparseAttentionParams&
       const HeadBlockRows rows{p, token, head0};
       publish_row_statistics(p, split, rows, row, row_max[h], row_sum[h], max_s, sum_s);
       // Once here for both warpgroups' staged output (the sink is a load from device memory).
-      factor_s[row] = p.num_splits == 1 && rows.live(row) ? row_output_factor(p, rows.head(row), row_max[h], row_sum[h]) : 0.0f;
+      if (output_is_staged(p)) {
+        factor_s[row] = rows.live(row) ? row_output_factor(p, rows.head(row), row_max[h], row_sum[h]) : 0.0f;
+      }
     }
   }
   named_barrier_sync(kConsumers, kConsumerThreads);
@@ -627,6 +643,7 @@ __device__ __forceinline__ void run_value_warpgroup(const SparseAttentionParams&
         value_half_desc<Loader::kDim>(smem_address(smem + Layout::kK + buffer * Layout::kTileBytes), 1);
     wait_full<Loader::kDim, kPair>(smem, tile, buffer);
     named_barrier_sync(kPFull, kConsumerThreads);
+    // Always: the skipping branch cost this warpgroup registers it does not have (ptxas spilled).
     rescale_rows(o, alpha_s[row0], alpha_s[row0 + 8]);
     issue_pv_from_shared(o, p_address, v_desc);
     if (prefetching) {  // while P V runs
