@@ -46,7 +46,8 @@ inline constexpr int kPrefetchTiles = 4;  // how far ahead the value warpgroup a
 // waits forever.
 inline constexpr int kStartRegisters = 65536 / kThreads / 8 * 8;
 // Per warpgroup: the expanding producer holds a pass of rows in registers; the
-// copying one (bf16 rows) only addresses, and its registers go to the consumers.
+// copying one (bf16 rows, alternating tiles) only addresses, and its registers
+// go to the two consumers, which both run softmax and P V.
 template <bool kCopiesRows>
 struct RegisterBudget {
   static constexpr int kScore = 192;
@@ -55,9 +56,9 @@ struct RegisterBudget {
 };
 template <>
 struct RegisterBudget<true> {
-  static constexpr int kScore = 200;
-  static constexpr int kValue = 192;
-  static constexpr int kProducer = 112;
+  static constexpr int kScore = 208;
+  static constexpr int kValue = 208;
+  static constexpr int kProducer = 88;
 };
 template <bool kCopiesRows>
 constexpr bool budget_fits() {
@@ -86,6 +87,11 @@ enum NamedBarrier : int {
   kConsumers = 5,
   kProducers = 6,
   kOutput0 = 7,  // and kOutput0 + 1: a consumer warpgroup's staged output half
+  // Alternating tiles (sm90_alternating.cuh), even -> odd and back, once a pair of tiles:
+  kEvenMaxReady = 9,   // even's row max after its tile
+  kPairMaxReady = 10,  // the pair's row max
+  kEvenPReady = 11,    // even's P, at the pair's max, in shared memory
+  kOddPReady = 12,     // odd's P
 };
 
 // A CTA pair (h_q 65..128: the two head blocks of a token, one cluster) splits
@@ -111,7 +117,16 @@ struct Sm90Layout {
   static constexpr int kPeerEmpty = kPeerFull + 2 * 8;
   // Per K buffer: "this CTA's consumers are done with it" (all 256 arrive).
   static constexpr int kConsumed = kPeerEmpty + 2 * 8;
-  static constexpr int kBytes = kConsumed + 2 * 8;
+  // Alternating tiles (sm90_alternating.cuh): FULL and EMPTY mbarriers per K buffer half, [kind][buffer][half].
+  static constexpr int kHalfBarriers = kConsumed + 2 * 8;
+  static constexpr int kBarriersEnd = kHalfBarriers + 8 * 8;
+  // ... and the even tiles' P, which the odd tiles' warpgroup reads: for d_qk 576 in K buffer 0's RoPE
+  // columns (only Q K^T reads them, and the buffer's right half is released after this P's last reader),
+  // else a chunk of its own.
+  static constexpr int kEvenP = kDim > kValueDim
+                                    ? kK + kValueDim / 64 * kChunkBytes
+                                    : (kBarriersEnd + kSwizzleAtomBytes - 1) / kSwizzleAtomBytes * kSwizzleAtomBytes;
+  static constexpr int kBytes = kDim > kValueDim ? kBarriersEnd : kEvenP + kChunkBytes;
   static constexpr int kPairChunkBytes = kPairKeys * kSwizzleRowBytes;  // half of a 64-row region
   static constexpr int kPairBytes = kDim / 64 * kPairChunkBytes + kPairKeys * 4;  // K rows and valid flags
   static constexpr int kDynamicBytes = kBytes + kSwizzleAtomBytes;  // slack to align the base to 1024 B
@@ -367,7 +382,8 @@ __device__ __forceinline__ void run_copy_producer(const SparseAttentionParams& p
     std::uint8_t* k_tile = smem + Layout::kK + buffer * Layout::kTileBytes;
 #pragma unroll
     for (int r = 0; r < kRounds; ++r) {
-      Loader::copy_async(k_tile, row_of(r), part, key_source(p, keys[r].source), keys[r].slot, keys[r].valid);
+      Loader::copy_async(k_tile, row_of(r), part,
+                         keys[r].valid ? Loader::row_address(key_source(p, keys[r].source), keys[r].slot) : nullptr);
       if (part == 0) valid_s[buffer * kKeys + row_of(r)] = keys[r].valid ? 1 : 0;
     }
     cp_async_commit();
@@ -663,6 +679,8 @@ __device__ __forceinline__ void run_value_warpgroup(const SparseAttentionParams&
 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
+#include "src/cuda/sm90/sm90_alternating.cuh"  // uses the helpers above
+
 // kPair: launched as clusters of the two head blocks of a token (grid y = 2).
 template <class Loader, bool kTokenMajor, bool kPair>
 __global__ void __launch_bounds__(kThreads, 1) sm90_attention_kernel(const __grid_constant__ SparseAttentionParams p) {
@@ -685,7 +703,10 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_attention_kernel(const __gri
   const int tid = static_cast<int>(threadIdx.x);
   std::uint32_t rank = 0;
   if constexpr (kPair) rank = cluster_rank();
+  // Copied rows run the alternating-tiles scheme (sm90_alternating.cuh); pairs exist to share an expansion.
+  constexpr bool kAlternating = Loader::kCopiesRows && !kPair;
   if (tid == 0) {
+    if constexpr (kAlternating) init_half_barriers<Loader::kDim>(smem);
     for (int b = 0; b < 2; ++b) {
       mbarrier_init(smem_address(smem + Layout::kConsumed + 8 * b), kConsumerThreads);
       if constexpr (kPair) {
@@ -713,12 +734,15 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_attention_kernel(const __gri
     return;
   }
   const int num_tiles = (end - begin + kKeys - 1) / kKeys;
+  const int num_pairs = (num_tiles + 1) / 2;  // alternating tiles
 
   using Budget = RegisterBudget<Loader::kCopiesRows>;
   const int warpgroup = tid / 128;
   if (warpgroup == 2) {
     set_registers<Budget::kProducer>();
-    if constexpr (Loader::kCopiesRows) {
+    if constexpr (kAlternating) {
+      run_alternating_producer<Loader>(p, smem, token, begin, end, n_main, num_pairs, tid - kConsumerThreads);
+    } else if constexpr (Loader::kCopiesRows) {
       run_copy_producer<Loader, kPair>(p, smem, token, begin, end, n_main, num_tiles, tid - kConsumerThreads, rank);
     } else {
       run_producer<Loader, kPair>(p, smem, token, begin, end, n_main, num_tiles, tid - kConsumerThreads, rank);
@@ -728,13 +752,21 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_attention_kernel(const __gri
     load_query<Loader::kDim>(p, token, head0, smem + Layout::kQ, tid);
     fence_view_async_shared();
     named_barrier_sync(kConsumers, kConsumerThreads);
-    run_score_warpgroup<Loader, kPair>(p, smem, token, head0, split, num_tiles, tid, rank);
+    if constexpr (kAlternating) {
+      run_alternating_consumer<Loader, false>(p, smem, token, head0, split, num_pairs, tid);
+    } else {
+      run_score_warpgroup<Loader, kPair>(p, smem, token, head0, split, num_tiles, tid, rank);
+    }
   } else {
     set_registers<Budget::kValue>();
     load_query<Loader::kDim>(p, token, head0, smem + Layout::kQ, tid);
     fence_view_async_shared();
     named_barrier_sync(kConsumers, kConsumerThreads);
-    run_value_warpgroup<Loader, kPair>(p, smem, token, head0, split, begin, end, n_main, num_tiles, tid - 128, rank);
+    if constexpr (kAlternating) {
+      run_alternating_consumer<Loader, true>(p, smem, token, head0, split, num_pairs, tid - 128);
+    } else {
+      run_value_warpgroup<Loader, kPair>(p, smem, token, head0, split, begin, end, n_main, num_tiles, tid - 128, rank);
+    }
   }
   if constexpr (kPair) cluster_sync();  // no CTA leaves while its peer may still reach into it
 #else

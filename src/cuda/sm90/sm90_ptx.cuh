@@ -78,6 +78,11 @@ __device__ __forceinline__ void mbarrier_arrive_expect_bytes(std::uint32_t barri
 __device__ __forceinline__ void mbarrier_arrive(std::uint32_t barrier) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(barrier) : "memory");
 }
+// An arrival on `barrier` once every cp.async this thread issued so far has
+// landed (.noinc: it counts against the barrier's expected arrivals).
+__device__ __forceinline__ void cp_async_arrive_when_done(std::uint32_t barrier) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(barrier) : "memory");
+}
 // One arrival on a barrier of the peer CTA (a shared::cluster address). Default
 // (CTA-scope release) semantics: a cluster-scope release costs a MEMBAR.GPU that
 // waits for the thread's loads in flight.

@@ -239,21 +239,29 @@ struct Sm90RowLoader {
     }
   }
 
-  // Copies this part's units of a bf16 row straight into row `key` of a K tile
-  // with cp.async (the caller commits and waits); an invalid key's units are zeroed.
-  __device__ static void copy_async(std::uint8_t* tile, int key, int part, const KvSourceParams& src, std::uint32_t slot,
-                                    bool valid) {
-    static_assert(kCopiesRows);
-    if (!valid) {
+  // Where a copied row's bytes are (copy_async's `row`).
+  __device__ static const std::uint8_t* row_address(const KvSourceParams& src, std::uint32_t slot) {
+    return Units::locate(src, slot).row;
+  }
+
+  // Copies this part's units of a bf16 row (nullptr: a key not attended, whose
+  // units are zeroed) straight into row `key` of a K tile with cp.async (the
+  // caller commits and waits). Units j in [kFirst, kEnd) of the part only: unit
+  // part + kParts j sits in the tile's 64-column region j (kParts is 8 for copied
+  // rows), so a range is a column range.
+  template <int kFirst = 0, int kEnd = kUnitsPerPart>
+  __device__ static void copy_async(std::uint8_t* tile, int key, int part, const std::uint8_t* row) {
+    static_assert(kCopiesRows && kParts == 8 && 0 <= kFirst && kFirst <= kEnd && kEnd <= kUnitsPerPart);
+    if (row == nullptr) {
 #pragma unroll
-      for (int j = 0; j < kUnitsPerPart; ++j) {
+      for (int j = kFirst; j < kEnd; ++j) {
         *reinterpret_cast<uint4*>(tile + element_offset(key, 8 * (part + kParts * j))) = make_uint4(0, 0, 0, 0);
       }
       return;
     }
-    const std::uint8_t* base = Units::locate(src, slot).row + 16 * part;
+    const std::uint8_t* base = row + 16 * part;
 #pragma unroll
-    for (int j = 0; j < kUnitsPerPart; ++j) {
+    for (int j = kFirst; j < kEnd; ++j) {
       cp_async_16(tile + element_offset(key, 8 * (part + kParts * j)), base + Units::unit_offset(kParts * j));
     }
   }

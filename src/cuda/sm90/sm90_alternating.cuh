@@ -1,0 +1,335 @@
+// Alternating tiles: the sm90 kernel's consumer scheme for rows that are copied,
+// not expanded (bf16 rows, the flat prefill workspace). Included by
+// sm90_attention_kernel.cuh inside namespace smla::cuda::sm90, after the helpers
+// it uses (score_tile, mask_scores, ...).
+//
+// In the score + value scheme the score warpgroup runs every Q K^T and every
+// softmax, and the tensor pipe idles through each softmax (docs/PERF.md, the
+// session-11 profile). Here the two consumer warpgroups take alternate 64-key
+// tiles: "even" runs Q K^T and the softmax of tiles 0, 2, 4 ... from K buffer 0,
+// "odd" those of tiles 1, 3, 5 ... from buffer 1, and each keeps half of O
+// (even: columns 0-255, odd: 256-511), so each P V is one P from registers and
+// the partner's P from shared memory. The row max goes even -> odd -> even each
+// pair of tiles, so one warpgroup's softmax runs while the other's MMAs do.
+// A token with an odd number of tiles gets one more, all invalid (zero rows,
+// flag 0: nothing is read), so every pair has both tiles.
+//
+// Two buffers hold both tiles of a pair, so each is released in halves (columns
+// 0-255 "left", the rest "right") in the order the consumers finish with them:
+// buffer 0 left after even's own P V, buffer 1 right after odd's, then buffer 0
+// right and buffer 1 left after the partners' P V. The producer refills them in
+// that order; FULL and EMPTY are mbarriers per half (FULL: the copies' own
+// cp.async arrivals plus a plain arrival that publishes the zero rows and the
+// validity flags). Even issues the next pair's Q K^T over the left half of its
+// buffer while its last P V of the pair runs, and the right half after it.
+//
+// The hand-offs between the consumers are named barriers of both warpgroups
+// (256 threads): the sender arrives after its shared-memory writes (a warp's
+// lanes meet first, so the arrive follows all of the warp's writes), the
+// receiver syncs.
+#pragma once
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+inline constexpr int kHalves = 2;
+inline constexpr int kLeftUnits = kHalfColumns / 64;  // 64-column regions in the left half
+
+template <int kDim>
+struct HalfBarriers {
+  std::uint8_t* smem;
+  __device__ std::uint32_t full(int buffer, int half) const {
+    return smem_address(smem + Sm90Layout<kDim>::kHalfBarriers + 8 * (2 * buffer + half));
+  }
+  __device__ std::uint32_t empty(int buffer, int half) const {
+    return smem_address(smem + Sm90Layout<kDim>::kHalfBarriers + 8 * (4 + 2 * buffer + half));
+  }
+};
+
+// By thread 0 before the CTA's first barrier.
+template <int kDim>
+__device__ __forceinline__ void init_half_barriers(std::uint8_t* smem) {
+  const HalfBarriers<kDim> barriers{smem};
+  for (int buffer = 0; buffer < 2; ++buffer) {
+    for (int half = 0; half < kHalves; ++half) {
+      mbarrier_init(barriers.full(buffer, half), 2 * 128);  // each producer thread: copies landed, flags stored
+      mbarrier_init(barriers.empty(buffer, half), 128);     // each thread of the warpgroup that read it last
+    }
+  }
+}
+
+// A copying producer thread's keys of one tile (one per round): the index values
+// requested, then the rows they resolve to (nullptr: not attended). Two words and
+// a pointer a key, where PendingKey and KeySlot took eight registers: the copying
+// producer runs on the registers the two consumers leave it.
+template <int kRounds>
+struct TileKeys {
+  std::uint32_t words[kRounds];
+  const std::uint8_t* rows[kRounds];
+};
+
+// One half (units [kFirst, kEnd) of every row part: a column range) of K buffer
+// `buffer` for pair `pair`: wait for its release in the previous pair, copy, arrive
+// on FULL when the copies land. Buffer 0 is filled left half first, buffer 1 right
+// half first; that first half also carries the buffer's validity flags.
+template <class Loader, int kFirst, int kEnd, int kRounds>
+__device__ __forceinline__ void fill_half(std::uint8_t* smem, int pair, int buffer, const TileKeys<kRounds>& keys,
+                                          int part, int thread) {
+  using Layout = Sm90Layout<Loader::kDim>;
+  constexpr int kKeysPerRound = 128 / Loader::kParts;
+  constexpr int kHalf = kFirst == 0 ? 0 : 1;
+  const HalfBarriers<Loader::kDim> barriers{smem};
+  if (pair > 0) mbarrier_wait(barriers.empty(buffer, kHalf), (pair - 1) & 1);
+  std::uint8_t* k_tile = smem + Layout::kK + buffer * Layout::kTileBytes;
+  int* valid_s = reinterpret_cast<int*>(smem + Layout::kValid);
+  const bool with_flags = buffer == kHalf;
+#pragma unroll
+  for (int r = 0; r < kRounds; ++r) {
+    const int row = r * kKeysPerRound + Loader::key_of(thread);
+    Loader::template copy_async<kFirst, kEnd>(k_tile, row, part, keys.rows[r]);
+    if (with_flags && part == 0) valid_s[buffer * kKeys + row] = keys.rows[r] != nullptr ? 1 : 0;
+  }
+  const std::uint32_t full = barriers.full(buffer, kHalf);
+  cp_async_arrive_when_done(full);
+  mbarrier_arrive(full);  // releases the zero rows and flags stored above
+}
+
+// The producer: per pair of tiles, buffer 0 left, buffer 1 right, buffer 0 right,
+// buffer 1 left, each once its last reader released it in the previous pair.
+// (The sm90 kernel never packs tokens: a key's source and range follow from its position.)
+template <class Loader>
+__device__ __forceinline__ void run_alternating_producer(const SparseAttentionParams& p, std::uint8_t* smem, int token,
+                                                         int begin, int end, int n_main, int num_pairs, int thread) {
+  constexpr int kKeysPerRound = 128 / Loader::kParts;
+  constexpr int kRounds = kKeys / kKeysPerRound;
+  const int part = Loader::part_of(thread);
+  auto position_of = [&](int tile, int round) { return begin + tile * kKeys + round * kKeysPerRound + Loader::key_of(thread); };
+  // Each tile's indices are requested once its buffer's last half of the previous
+  // pair is filled (a pair ahead of their use). Past `end` (the odd count's extra tile) nothing is read.
+  auto request_tile = [&](int tile, TileKeys<kRounds>& keys) {
+#pragma unroll
+    for (int r = 0; r < kRounds; ++r) keys.words[r] = request_key(p, token, position_of(tile, r), end, n_main).word;
+  };
+  auto resolve_tile = [&](int tile, TileKeys<kRounds>& keys) {
+#pragma unroll
+    for (int r = 0; r < kRounds; ++r) {
+      const int position = position_of(tile, r);
+      PendingKey pending;
+      pending.word = keys.words[r];
+      pending.source = position < n_main ? 0 : 1;
+      pending.listed = position < end;
+      const KeySlot key = resolve_key(p, pending);
+      keys.rows[r] = key.valid ? Loader::row_address(key_source(p, key.source), key.slot) : nullptr;
+    }
+  };
+  TileKeys<kRounds> even;
+  TileKeys<kRounds> odd;
+  request_tile(0, even);
+  request_tile(1, odd);
+  for (int pair = 0; pair < num_pairs; ++pair) {
+    resolve_tile(2 * pair, even);
+    resolve_tile(2 * pair + 1, odd);
+    fill_half<Loader, 0, kLeftUnits>(smem, pair, 0, even, part, thread);
+    fill_half<Loader, kLeftUnits, Loader::kUnitsPerPart>(smem, pair, 1, odd, part, thread);
+    fill_half<Loader, kLeftUnits, Loader::kUnitsPerPart>(smem, pair, 0, even, part, thread);
+    request_tile(2 * pair + 2, even);
+    fill_half<Loader, 0, kLeftUnits>(smem, pair, 1, odd, part, thread);
+    request_tile(2 * pair + 3, odd);
+  }
+}
+
+// A value of this thread's two rows, published by a quad's lane 0; the warp meets
+// after the stores, so a following named-barrier arrive covers them.
+__device__ __forceinline__ void publish_rows(float* to, const float (&value)[2], int row0, int lane) {
+  if (lane % 4 == 0) {
+    to[row0] = value[0];
+    to[row0 + 8] = value[1];
+  }
+  __syncwarp();
+}
+
+// Issues (does not commit) the 16-value steps [kFirstStep, kEndStep) of S = Q K^T
+// once the K half they read has landed; the first step of the tile overwrites S.
+template <int kDim, int kFirstStep, int kEndStep>
+__device__ __forceinline__ void issue_score_steps(float (&s)[32], std::uint64_t q_desc, std::uint64_t k_desc,
+                                                  std::uint32_t full, int parity, bool first) {
+  using Layout = Sm90Layout<kDim>;
+  mbarrier_wait(full, parity);
+  fence_view_async_shared();  // the copies and zero rows (generic proxy) before wgmma reads them
+  wgmma_fence();
+#pragma unroll
+  for (int step = kFirstStep; step < kEndStep; ++step) {
+    const std::uint32_t offset = (step / 4) * Layout::kChunkBytes + (step % 4) * 32;
+    wgmma_m64n64k16_ss<0>(s, advance_desc(q_desc, offset), advance_desc(k_desc, offset),
+                          first && step == kFirstStep ? 0 : 1);
+  }
+}
+
+// One consumer warpgroup of the alternating scheme. kOdd: tiles 1, 3, ... and O columns 256-511.
+template <class Loader, bool kOdd>
+__device__ __forceinline__ void run_alternating_consumer(const SparseAttentionParams& p, std::uint8_t* smem, int token,
+                                                         int head0, int split, int num_pairs, int thread) {
+  using Layout = Sm90Layout<Loader::kDim>;
+  constexpr int kOwn = kOdd ? 1 : 0;  // this warpgroup's K buffer, and its half of O's columns
+  constexpr int kPartner = 1 - kOwn;
+  constexpr int kSteps = Loader::kDim / 16;
+  constexpr int kLeftSteps = kLeftUnits * 4;  // Q K^T steps over the left half
+  const HalfBarriers<Loader::kDim> barriers{smem};
+  const int warp = thread / 32;
+  const int lane = thread % 32;
+  const int row0 = 16 * warp + lane / 4;
+  const int* valid_s = reinterpret_cast<const int*>(smem + Layout::kValid) + kOwn * kKeys;
+  float* even_max_s = reinterpret_cast<float*>(smem + Layout::kAlpha);   // even's running max after its tile
+  float* pair_max_s = reinterpret_cast<float*>(smem + Layout::kRowMax);  // the pair's
+  const std::uint32_t own_p = smem_address(smem + (kOdd ? Layout::kP : Layout::kEvenP));
+  const std::uint32_t partner_p = smem_address(smem + (kOdd ? Layout::kEvenP : Layout::kP));
+  const std::uint32_t own_k = smem_address(smem + Layout::kK + kOwn * Layout::kTileBytes);
+  const std::uint32_t partner_k = smem_address(smem + Layout::kK + kPartner * Layout::kTileBytes);
+  const std::uint64_t q_desc = make_sw128_desc(smem_address(smem + Layout::kQ), 16, kSwizzleAtomBytes);
+  const std::uint64_t k_desc = make_sw128_desc(own_k, 16, kSwizzleAtomBytes);
+  // O columns [256 kOwn, 256 kOwn + 256): the same half of both buffers' V.
+  const std::uint64_t own_v = value_half_desc<Loader::kDim>(own_k, kOwn);
+  const std::uint64_t partner_v = value_half_desc<Loader::kDim>(partner_k, kOwn);
+
+  float o[128];
+#pragma unroll
+  for (int i = 0; i < 128; ++i) o[i] = 0.0f;
+  float row_max[2] = {-INFINITY, -INFINITY};  // the same in both warpgroups after every pair
+  float row_sum[2] = {0.0f, 0.0f};            // of this warpgroup's tiles; the two meet at the end
+  // Even's P V of odd's P of the pair before (issued ahead of this pair's Q K^T, so both run together).
+  auto issue_partner_pv = [&](int parity) {
+    named_barrier_sync(kOddPReady, kConsumerThreads);
+    // Buffer 1's left half landed before odd's Q K^T, and cannot be refilled before
+    // even releases it; its copies are seen through its own barrier.
+    mbarrier_wait(barriers.full(1, 0), parity);
+    fence_view_async_shared();
+    issue_pv_from_shared(o, partner_p, partner_v);
+  };
+
+  for (int pair = 0; pair < num_pairs; ++pair) {
+    const int parity = pair & 1;
+    float s[32];
+    if constexpr (kOdd) {  // the right half lands first
+      issue_score_steps<Loader::kDim, kLeftSteps, kSteps>(s, q_desc, k_desc, barriers.full(1, 1), parity, true);
+      issue_score_steps<Loader::kDim, 0, kLeftSteps>(s, q_desc, k_desc, barriers.full(1, 0), parity, false);
+      wgmma_commit();
+    } else if (pair == 0) {
+      issue_score_steps<Loader::kDim, 0, kLeftSteps>(s, q_desc, k_desc, barriers.full(0, 0), parity, true);
+      issue_score_steps<Loader::kDim, kLeftSteps, kSteps>(s, q_desc, k_desc, barriers.full(0, 1), parity, false);
+      wgmma_commit();
+    } else {
+      // The pair before's last P V, then this pair's Q K^T: the left half (refilled since
+      // even's own P V) under that P V, the right half (refilled once odd's P V of the
+      // pair before is done) after it.
+      issue_partner_pv(parity ^ 1);
+      issue_score_steps<Loader::kDim, 0, kLeftSteps>(s, q_desc, k_desc, barriers.full(0, 0), parity, true);
+      wgmma_commit();
+      wgmma_wait<1>();
+      pin_registers(o);
+      mbarrier_arrive(barriers.empty(1, 0));  // buffer 1, left
+      issue_score_steps<Loader::kDim, kLeftSteps, kSteps>(s, q_desc, k_desc, barriers.full(0, 1), parity, false);
+      wgmma_commit();
+    }
+    wgmma_wait<0>();
+    pin_registers(s);
+    float tile_max[2];
+    mask_scores(s, valid_s, lane, tile_max);
+    float alpha[2];
+    float reference[2];
+    if constexpr (kOdd) {
+      named_barrier_sync(kEvenMaxReady, kConsumerThreads);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) tile_max[h] = fmaxf(tile_max[h], even_max_s[row0 + 8 * h]);
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const RowRescale step = advance_row_max(row_max[h], tile_max[h], p.scale_log2);
+      reference[h] = step.reference;
+      alpha[h] = step.alpha;
+      row_sum[h] *= alpha[h];
+    }
+    publish_rows(kOdd ? pair_max_s : even_max_s, row_max, row0, lane);
+    named_barrier_arrive(kOdd ? kPairMaxReady : kEvenMaxReady, kConsumerThreads);
+    rescale_changed_rows(o, alpha[0], alpha[1]);
+    exponentiate_scores(s, reference, p.scale_log2, row_sum);
+    Probabilities probabilities;
+    pack_probabilities(s, probabilities);
+    issue_pv_from_registers(o, probabilities, own_v);
+
+    if constexpr (!kOdd) {
+      wgmma_wait<0>();
+      pin_registers(o);
+      mbarrier_arrive(barriers.empty(0, 0));  // buffer 0, left: even was its last reader
+      // The pair's max: P and what was accumulated move to it.
+      named_barrier_sync(kPairMaxReady, kConsumerThreads);
+      float beta[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const RowRescale step = advance_row_max(row_max[h], pair_max_s[row0 + 8 * h], p.scale_log2);
+        beta[h] = step.alpha;
+        row_sum[h] *= beta[h];
+      }
+      // P to the pair's max from its bf16 form (a second rounding, within bf16 P's own
+      // error): keeping the 32 f32 values through the P V cost registers.
+#pragma unroll
+      for (int step = 0; step < 4; ++step) {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const __nv_bfloat162 pair_p = *reinterpret_cast<const __nv_bfloat162*>(&probabilities[step][r]);
+          const float factor = beta[r % 2];  // r even: row row0, odd: row0 + 8
+          probabilities[step][r] = pack_bf16(__low2float(pair_p) * factor, __high2float(pair_p) * factor);
+        }
+      }
+      store_probabilities(own_p, probabilities, warp, lane);
+      fence_view_async_shared();
+      named_barrier_arrive(kEvenPReady, kConsumerThreads);
+      rescale_changed_rows(o, beta[0], beta[1]);
+    } else {
+      store_probabilities(own_p, probabilities, warp, lane);
+      named_barrier_sync(kEvenPReady, kConsumerThreads);
+      // Buffer 0's right half landed before even's Q K^T, and cannot be refilled before odd releases it.
+      mbarrier_wait(barriers.full(0, 1), parity);
+      fence_view_async_shared();
+      issue_pv_from_shared(o, partner_p, partner_v);
+      fence_view_async_shared();  // odd's P (stored above) for even's wgmma
+      named_barrier_arrive(kOddPReady, kConsumerThreads);
+      wgmma_wait<1>();
+      mbarrier_arrive(barriers.empty(1, 1));  // buffer 1, right
+      wgmma_wait<0>();
+      pin_registers(o);
+      mbarrier_arrive(barriers.empty(0, 1));  // buffer 0, right
+    }
+  }
+
+  if constexpr (!kOdd) {
+    issue_partner_pv((num_pairs - 1) & 1);
+    wgmma_wait<0>();
+    pin_registers(o);
+  }
+
+  // Row statistics: each warpgroup's sums over its tiles meet; even publishes.
+  float* max_s = reinterpret_cast<float*>(smem + Layout::kRowMax);
+  float* sum_s = reinterpret_cast<float*>(smem + Layout::kRowSum);
+  float* factor_s = reinterpret_cast<float*>(smem + Layout::kRowFactor);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) row_sum[h] = row_reduce_sum<4>(row_sum[h]);
+  if constexpr (kOdd) publish_rows(sum_s, row_sum, row0, lane);
+  named_barrier_sync(kConsumers, kConsumerThreads);  // odd's sums in; both done with pair_max_s
+  if constexpr (!kOdd) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = row0 + 8 * h;
+      if (lane % 4 == 0) {
+        const HeadBlockRows rows{p, token, head0};
+        const float l = row_sum[h] + sum_s[row];
+        publish_row_statistics(p, split, rows, row, row_max[h], l, max_s, sum_s);
+        if (output_is_staged(p)) {
+          factor_s[row] = rows.live(row) ? row_output_factor(p, rows.head(row), row_max[h], l) : 0.0f;
+        }
+      }
+    }
+  }
+  named_barrier_sync(kConsumers, kConsumerThreads);
+  write_output_half<Loader::kDim>(p, o, smem, token, head0, split, kOwn, max_s, sum_s, warp, lane);
+}
+
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
