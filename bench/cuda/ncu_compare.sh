@@ -2,6 +2,7 @@
 # Nsight Compute on one smla bench case and one FlashMLA peer case, same sections,
 # plus per-instruction stall samples (SASS, CSV) for both, for the GPU machine:
 #   bench/cuda/ncu_compare.sh OUT_DIR SMLA_FILTER PEER_CASE [SMLA_KERNEL_REGEX PEER_KERNEL_REGEX]
+# (PEER_CASE "-": smla only, no peer build needed)
 # e.g. bench/cuda/ncu_compare.sh "$OUT" PF-V4-h128 PF_MODEL1_C2_h128_k1024
 # Needs build/gpu/bench/cuda/smla_bench_cuda (scripts/gpu-check.sh) and the peer harness
 # built by .peer/run.sh (/tmp/flashmla_peer_build/bench_flashmla). The first matching launch
@@ -32,5 +33,5 @@ profile() {  # name kernel_regex command...
 }
 profile smla "$smla_kernel" build/gpu/bench/cuda/smla_bench_cuda --no-decode --filter "$smla_filter" --runs 1 \
   --warmup 0 --json /dev/null
-profile peer "$peer_kernel" /tmp/flashmla_peer_build/bench_flashmla --cases "$peer_case" --iters 1 --warmup 0 --no-ref
+[[ $peer_case == - ]] || profile peer "$peer_kernel" /tmp/flashmla_peer_build/bench_flashmla --cases "$peer_case" --iters 1 --warmup 0 --no-ref
 tar -czf "$final_out/ncu.tar.gz" -C "$out" .

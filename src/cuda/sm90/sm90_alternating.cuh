@@ -73,7 +73,7 @@ struct TileKeys {
 // half first; that first half also carries the buffer's validity flags.
 template <class Loader, int kFirst, int kEnd, int kRounds>
 __device__ __forceinline__ void fill_half(std::uint8_t* smem, int pair, int buffer, const TileKeys<kRounds>& keys,
-                                          int part, int thread) {
+                                          int part, int thread, std::uint64_t l2_policy) {
   using Layout = Sm90Layout<Loader::kDim>;
   constexpr int kKeysPerRound = 128 / Loader::kParts;
   constexpr int kHalf = kFirst == 0 ? 0 : 1;
@@ -85,7 +85,7 @@ __device__ __forceinline__ void fill_half(std::uint8_t* smem, int pair, int buff
 #pragma unroll
   for (int r = 0; r < kRounds; ++r) {
     const int row = r * kKeysPerRound + Loader::key_of(thread);
-    Loader::template copy_async<kFirst, kEnd>(k_tile, row, part, keys.rows[r]);
+    Loader::template copy_async<kFirst, kEnd>(k_tile, row, part, keys.rows[r], l2_policy);
     if (with_flags && part == 0) valid_s[buffer * kKeys + row] = keys.rows[r] != nullptr ? 1 : 0;
   }
   const std::uint32_t full = barriers.full(buffer, kHalf);
@@ -121,6 +121,7 @@ __device__ __forceinline__ void run_alternating_producer(const SparseAttentionPa
       keys.rows[r] = key.valid ? Loader::row_address(key_source(p, key.source), key.slot) : nullptr;
     }
   };
+  const std::uint64_t l2_policy = l2_evict_last_policy();
   TileKeys<kRounds> even;
   TileKeys<kRounds> odd;
   request_tile(0, even);
@@ -128,11 +129,11 @@ __device__ __forceinline__ void run_alternating_producer(const SparseAttentionPa
   for (int pair = 0; pair < num_pairs; ++pair) {
     resolve_tile(2 * pair, even);
     resolve_tile(2 * pair + 1, odd);
-    fill_half<Loader, 0, kLeftUnits>(smem, pair, 0, even, part, thread);
-    fill_half<Loader, kLeftUnits, Loader::kUnitsPerPart>(smem, pair, 1, odd, part, thread);
-    fill_half<Loader, kLeftUnits, Loader::kUnitsPerPart>(smem, pair, 0, even, part, thread);
+    fill_half<Loader, 0, kLeftUnits>(smem, pair, 0, even, part, thread, l2_policy);
+    fill_half<Loader, kLeftUnits, Loader::kUnitsPerPart>(smem, pair, 1, odd, part, thread, l2_policy);
+    fill_half<Loader, kLeftUnits, Loader::kUnitsPerPart>(smem, pair, 0, even, part, thread, l2_policy);
     request_tile(2 * pair + 2, even);
-    fill_half<Loader, 0, kLeftUnits>(smem, pair, 1, odd, part, thread);
+    fill_half<Loader, 0, kLeftUnits>(smem, pair, 1, odd, part, thread, l2_policy);
     request_tile(2 * pair + 3, odd);
   }
 }
@@ -179,7 +180,10 @@ __device__ __forceinline__ void run_alternating_consumer(const SparseAttentionPa
   const int row0 = 16 * warp + lane / 4;
   const int* valid_s = reinterpret_cast<const int*>(smem + Layout::kValid) + kOwn * kKeys;
   float* even_max_s = reinterpret_cast<float*>(smem + Layout::kAlpha);   // even's running max after its tile
-  float* pair_max_s = reinterpret_cast<float*>(smem + Layout::kRowMax);  // the pair's
+  // The pair's, in two slots by pair parity: odd writes the next pair's while even may still read this one's.
+  auto pair_max_slot = [&](int pair) {
+    return reinterpret_cast<float*>(smem + ((pair & 1) == 0 ? Layout::kRowMax : Layout::kRowFactor));
+  };
   const std::uint32_t own_p = smem_address(smem + (kOdd ? Layout::kP : Layout::kEvenP));
   const std::uint32_t partner_p = smem_address(smem + (kOdd ? Layout::kEvenP : Layout::kP));
   const std::uint32_t own_k = smem_address(smem + Layout::kK + kOwn * Layout::kTileBytes);
@@ -247,7 +251,7 @@ __device__ __forceinline__ void run_alternating_consumer(const SparseAttentionPa
       alpha[h] = step.alpha;
       row_sum[h] *= alpha[h];
     }
-    publish_rows(kOdd ? pair_max_s : even_max_s, row_max, row0, lane);
+    publish_rows(kOdd ? pair_max_slot(pair) : even_max_s, row_max, row0, lane);
     named_barrier_arrive(kOdd ? kPairMaxReady : kEvenMaxReady, kConsumerThreads);
     rescale_changed_rows(o, alpha[0], alpha[1]);
     exponentiate_scores(s, reference, p.scale_log2, row_sum);
@@ -264,7 +268,7 @@ __device__ __forceinline__ void run_alternating_consumer(const SparseAttentionPa
       float beta[2];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const RowRescale step = advance_row_max(row_max[h], pair_max_s[row0 + 8 * h], p.scale_log2);
+        const RowRescale step = advance_row_max(row_max[h], pair_max_slot(pair)[row0 + 8 * h], p.scale_log2);
         beta[h] = step.alpha;
         row_sum[h] *= beta[h];
       }
@@ -313,7 +317,7 @@ __device__ __forceinline__ void run_alternating_consumer(const SparseAttentionPa
 #pragma unroll
   for (int h = 0; h < 2; ++h) row_sum[h] = row_reduce_sum<4>(row_sum[h]);
   if constexpr (kOdd) publish_rows(sum_s, row_sum, row0, lane);
-  named_barrier_sync(kConsumers, kConsumerThreads);  // odd's sums in; both done with pair_max_s
+  named_barrier_sync(kConsumers, kConsumerThreads);  // odd's sums in; both done with the pair max slots
   if constexpr (!kOdd) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {

@@ -371,6 +371,7 @@ __device__ __forceinline__ void run_copy_producer(const SparseAttentionParams& p
 #pragma unroll
     for (int r = 0; r < kRounds; ++r) pending[r] = request_key(p, token, begin + tile * kKeys + row_of(r), end, n_main);
   };
+  const std::uint64_t l2_policy = l2_evict_last_policy();
   request_tile(0);
   for (int tile = 0; tile < num_tiles; ++tile) {
     const int buffer = tile & 1;
@@ -383,7 +384,8 @@ __device__ __forceinline__ void run_copy_producer(const SparseAttentionParams& p
 #pragma unroll
     for (int r = 0; r < kRounds; ++r) {
       Loader::copy_async(k_tile, row_of(r), part,
-                         keys[r].valid ? Loader::row_address(key_source(p, keys[r].source), keys[r].slot) : nullptr);
+                         keys[r].valid ? Loader::row_address(key_source(p, keys[r].source), keys[r].slot) : nullptr,
+                         l2_policy);
       if (part == 0) valid_s[buffer * kKeys + row_of(r)] = keys[r].valid ? 1 : 0;
     }
     cp_async_commit();

@@ -114,6 +114,19 @@ __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.comm
 __device__ __forceinline__ void bulk_wait_sources_read() {
   asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
 }
+// An L2 policy that keeps lines over others: KV rows, which many tokens' CTAs read.
+__device__ __forceinline__ std::uint64_t l2_evict_last_policy() {
+  std::uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
+}
+// cp.async of 16 bytes (L1 bypassed) under an L2 policy, asking L2 for the whole
+// 256-byte block around it: a row's next units are then in L2 when their copies come.
+__device__ __forceinline__ void cp_async_16_keep(std::uint32_t smem, const void* global, std::uint64_t policy) {
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint.L2::256B [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(global),
+               "l"(policy)
+               : "memory");
+}
 template <int kRegisters>
 __device__ __forceinline__ void raise_registers() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegisters));

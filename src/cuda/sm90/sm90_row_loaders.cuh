@@ -247,22 +247,25 @@ struct Sm90RowLoader {
   // Copies this part's units of a bf16 row (nullptr: a key not attended, whose
   // units are zeroed) straight into row `key` of a K tile with cp.async (the
   // caller commits and waits). Units j in [kFirst, kEnd) of the part only: unit
-  // part + kParts j sits in the tile's 64-column region j (kParts is 8 for copied
-  // rows), so a range is a column range.
+  // part + kParts j (kParts is 8 for copied rows) is column unit `part` of the
+  // tile's 64-column region j, so a range is a column range, and every unit of
+  // the part sits at one swizzled offset plus j regions.
   template <int kFirst = 0, int kEnd = kUnitsPerPart>
-  __device__ static void copy_async(std::uint8_t* tile, int key, int part, const std::uint8_t* row) {
+  __device__ static void copy_async(std::uint8_t* tile, int key, int part, const std::uint8_t* row,
+                                    std::uint64_t l2_policy) {
     static_assert(kCopiesRows && kParts == 8 && 0 <= kFirst && kFirst <= kEnd && kEnd <= kUnitsPerPart);
+    constexpr int kRegionBytes = 64 * kSwizzleRowBytes;
+    std::uint8_t* at = tile + swizzled_offset(key, part);
     if (row == nullptr) {
 #pragma unroll
-      for (int j = kFirst; j < kEnd; ++j) {
-        *reinterpret_cast<uint4*>(tile + element_offset(key, 8 * (part + kParts * j))) = make_uint4(0, 0, 0, 0);
-      }
+      for (int j = kFirst; j < kEnd; ++j) *reinterpret_cast<uint4*>(at + j * kRegionBytes) = make_uint4(0, 0, 0, 0);
       return;
     }
     const std::uint8_t* base = row + 16 * part;
+    const std::uint32_t to = smem_address(at);
 #pragma unroll
     for (int j = kFirst; j < kEnd; ++j) {
-      cp_async_16(tile + element_offset(key, 8 * (part + kParts * j)), base + Units::unit_offset(kParts * j));
+      cp_async_16_keep(to + j * kRegionBytes, base + Units::unit_offset(kParts * j), l2_policy);
     }
   }
 
