@@ -24,9 +24,9 @@
 // buffer while its last P V of the pair runs, and the right half after it.
 //
 // The hand-offs between the consumers are named barriers of both warpgroups
-// (256 threads): the sender arrives after its shared-memory writes (a warp's
-// lanes meet first, so the arrive follows all of the warp's writes), the
-// receiver syncs.
+// (256 threads; the pair's max goes by an mbarrier, HalfBarriers::pair_max): the
+// sender arrives after its shared-memory writes (a warp's lanes meet first, so
+// the arrive follows all of the warp's writes), the receiver syncs.
 #pragma once
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -43,6 +43,11 @@ struct HalfBarriers {
   __device__ std::uint32_t empty(int buffer, int half) const {
     return smem_address(smem + Sm90Layout<kDim>::kHalfBarriers + 8 * (4 + 2 * buffer + half));
   }
+  // Odd -> even: the pair's row max. An mbarrier (every odd thread arrives), where the
+  // other hand-offs are named barriers: compute-sanitizer racecheck reported odd's
+  // stores and even's loads of the max as racing over a named barrier (arrive by the
+  // second warpgroup, sync by the first), a pattern it accepts the other way round.
+  __device__ std::uint32_t pair_max() const { return smem_address(smem + Sm90Layout<kDim>::kHalfBarriers + 8 * 8); }
 };
 
 // By thread 0 before the CTA's first barrier.
@@ -55,15 +60,54 @@ __device__ __forceinline__ void init_half_barriers(std::uint8_t* smem) {
       mbarrier_init(barriers.empty(buffer, half), 128);     // each thread of the warpgroup that read it last
     }
   }
+  mbarrier_init(barriers.pair_max(), 128);
 }
 
+// The copying producer's addressing of one key source, read from the params once
+// per CTA. Resolving each key through the params (constant loads indexed by the
+// source, the packing and page-size tests of request_key / resolve_key) took the
+// producer's warps more issue time than the copies (ncu, docs/PERF.md), and the
+// consumers waited on it. Rows are plain (row_stride apart in a page).
+struct CopySource {
+  static constexpr std::uint32_t kDividePages = 32;  // page_shift: the page size is no power of two
+  const std::int32_t* indices = nullptr;  // this token's row of the index table
+  const std::uint8_t* pages = nullptr;
+  std::int64_t page_stride = 0;
+  std::int64_t row_stride = 0;
+  std::uint32_t num_slots = 0;  // <= INT32_MAX
+  std::uint32_t page_size = 1;
+  std::uint32_t page_shift = 0;  // slot >> page_shift is the page (31: one page holds every slot)
+
+  __device__ static CopySource of(const KvSourceParams& src, int token) {
+    CopySource s;
+    s.indices = src.indices + static_cast<std::int64_t>(token) * src.stride_indices_t;
+    s.pages = src.pages;
+    s.page_stride = src.page_stride_bytes;
+    s.row_stride = src.row_stride_bytes;
+    s.num_slots = static_cast<std::uint32_t>(src.num_slots);
+    if (src.page_size >= src.num_slots) {
+      s.page_shift = 31;  // the page is 0 for every slot < 2^31
+    } else {
+      s.page_size = static_cast<std::uint32_t>(src.page_size);
+      s.page_shift = (s.page_size & (s.page_size - 1)) == 0 ? __ffs(static_cast<int>(s.page_size)) - 1 : kDividePages;
+    }
+    return s;
+  }
+  // The row of an index value, nullptr where it is outside [0, num_slots) (never read).
+  __device__ const std::uint8_t* row(std::int32_t index) const {
+    const std::uint32_t slot = static_cast<std::uint32_t>(index);
+    if (slot >= num_slots) return nullptr;
+    const std::uint32_t page = page_shift != kDividePages ? slot >> page_shift : slot / page_size;
+    const std::uint32_t entry = page_shift != kDividePages ? slot - (page << page_shift) : slot - page * page_size;
+    return pages + static_cast<std::int64_t>(page) * page_stride + static_cast<std::int64_t>(entry) * row_stride;
+  }
+};
+
 // A copying producer thread's keys of one tile (one per round): the index values
-// requested, then the rows they resolve to (nullptr: not attended). Two words and
-// a pointer a key, where PendingKey and KeySlot took eight registers: the copying
-// producer runs on the registers the two consumers leave it.
+// requested (-1 past the split's end), then the rows they resolve to (nullptr: not attended).
 template <int kRounds>
 struct TileKeys {
-  std::uint32_t words[kRounds];
+  std::int32_t words[kRounds];
   const std::uint8_t* rows[kRounds];
 };
 
@@ -95,7 +139,7 @@ __device__ __forceinline__ void fill_half(std::uint8_t* smem, int pair, int buff
 
 // The producer: per pair of tiles, buffer 0 left, buffer 1 right, buffer 0 right,
 // buffer 1 left, each once its last reader released it in the previous pair.
-// (The sm90 kernel never packs tokens: a key's source and range follow from its position.)
+// (The sm90 kernel never packs tokens: a key's source follows from its position.)
 template <class Loader>
 __device__ __forceinline__ void run_alternating_producer(const SparseAttentionParams& p, std::uint8_t* smem, int token,
                                                          int begin, int end, int n_main, int num_pairs, int thread) {
@@ -103,22 +147,23 @@ __device__ __forceinline__ void run_alternating_producer(const SparseAttentionPa
   constexpr int kRounds = kKeys / kKeysPerRound;
   const int part = Loader::part_of(thread);
   auto position_of = [&](int tile, int round) { return begin + tile * kKeys + round * kKeysPerRound + Loader::key_of(thread); };
+  const CopySource main_source = CopySource::of(p.source[0], token);
+  const CopySource extra_source = p.num_sources > 1 ? CopySource::of(p.source[1], token) : CopySource{};
   // Each tile's indices are requested once its buffer's last half of the previous
   // pair is filled (a pair ahead of their use). Past `end` (the odd count's extra tile) nothing is read.
   auto request_tile = [&](int tile, TileKeys<kRounds>& keys) {
 #pragma unroll
-    for (int r = 0; r < kRounds; ++r) keys.words[r] = request_key(p, token, position_of(tile, r), end, n_main).word;
+    for (int r = 0; r < kRounds; ++r) {
+      const int position = position_of(tile, r);
+      keys.words[r] = position >= end       ? -1
+                      : position < n_main ? __ldg(main_source.indices + position)
+                                          : __ldg(extra_source.indices + (position - n_main));
+    }
   };
   auto resolve_tile = [&](int tile, TileKeys<kRounds>& keys) {
 #pragma unroll
     for (int r = 0; r < kRounds; ++r) {
-      const int position = position_of(tile, r);
-      PendingKey pending;
-      pending.word = keys.words[r];
-      pending.source = position < n_main ? 0 : 1;
-      pending.listed = position < end;
-      const KeySlot key = resolve_key(p, pending);
-      keys.rows[r] = key.valid ? Loader::row_address(key_source(p, key.source), key.slot) : nullptr;
+      keys.rows[r] = position_of(tile, r) < n_main ? main_source.row(keys.words[r]) : extra_source.row(keys.words[r]);
     }
   };
   const std::uint64_t l2_policy = l2_evict_last_policy();
@@ -251,8 +296,13 @@ __device__ __forceinline__ void run_alternating_consumer(const SparseAttentionPa
       alpha[h] = step.alpha;
       row_sum[h] *= alpha[h];
     }
-    publish_rows(kOdd ? pair_max_slot(pair) : even_max_s, row_max, row0, lane);
-    named_barrier_arrive(kOdd ? kPairMaxReady : kEvenMaxReady, kConsumerThreads);
+    if constexpr (kOdd) {
+      publish_rows(pair_max_slot(pair), row_max, row0, lane);
+      mbarrier_arrive(barriers.pair_max());
+    } else {
+      publish_rows(even_max_s, row_max, row0, lane);
+      named_barrier_arrive(kEvenMaxReady, kConsumerThreads);
+    }
     rescale_changed_rows(o, alpha[0], alpha[1]);
     exponentiate_scores(s, reference, p.scale_log2, row_sum);
     Probabilities probabilities;
@@ -264,7 +314,7 @@ __device__ __forceinline__ void run_alternating_consumer(const SparseAttentionPa
       pin_registers(o);
       mbarrier_arrive(barriers.empty(0, 0));  // buffer 0, left: even was its last reader
       // The pair's max: P and what was accumulated move to it.
-      named_barrier_sync(kPairMaxReady, kConsumerThreads);
+      mbarrier_wait(barriers.pair_max(), parity);
       float beta[2];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
