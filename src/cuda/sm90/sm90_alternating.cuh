@@ -23,16 +23,26 @@
 // validity flags). Even issues the next pair's Q K^T over the left half of its
 // buffer while its last P V of the pair runs, and the right half after it.
 //
-// The hand-offs between the consumers are named barriers of both warpgroups
-// (256 threads; the pair's max goes by an mbarrier, HalfBarriers::pair_max): the
-// sender arrives after its shared-memory writes (a warp's lanes meet first, so
-// the arrive follows all of the warp's writes), the receiver syncs.
+// The hand-offs between the consumers are mbarriers (HandOff).
 #pragma once
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
 inline constexpr int kHalves = 2;
 inline constexpr int kLeftUnits = kHalfColumns / 64;  // 64-column regions in the left half
+
+// The hand-offs between the consumer warpgroups, once a pair of tiles: mbarriers of
+// 128 arrivals (every thread of the sending warpgroup, so each releases its own
+// stores), waited on by the other. With named barriers (arrive / sync) here,
+// compute-sanitizer racecheck reported the second warpgroup's stores and the
+// first's later loads as racing, even across a named barrier both had synced on.
+enum HandOff : int {
+  kEvenMaxReady = 0,  // even -> odd: even's row max after its tile
+  kPairMaxReady = 1,  // odd -> even: the pair's row max
+  kEvenPReady = 2,    // even's P, at the pair's max, in shared memory
+  kOddPReady = 3,     // odd's P
+};
+inline constexpr int kHandOffs = 4;
 
 template <int kDim>
 struct HalfBarriers {
@@ -43,11 +53,9 @@ struct HalfBarriers {
   __device__ std::uint32_t empty(int buffer, int half) const {
     return smem_address(smem + Sm90Layout<kDim>::kHalfBarriers + 8 * (4 + 2 * buffer + half));
   }
-  // Odd -> even: the pair's row max. An mbarrier (every odd thread arrives), where the
-  // other hand-offs are named barriers: compute-sanitizer racecheck reported odd's
-  // stores and even's loads of the max as racing over a named barrier (arrive by the
-  // second warpgroup, sync by the first), a pattern it accepts the other way round.
-  __device__ std::uint32_t pair_max() const { return smem_address(smem + Sm90Layout<kDim>::kHalfBarriers + 8 * 8); }
+  __device__ std::uint32_t hand_off(HandOff which) const {
+    return smem_address(smem + Sm90Layout<kDim>::kHalfBarriers + 8 * (8 + static_cast<int>(which)));
+  }
 };
 
 // By thread 0 before the CTA's first barrier.
@@ -60,7 +68,7 @@ __device__ __forceinline__ void init_half_barriers(std::uint8_t* smem) {
       mbarrier_init(barriers.empty(buffer, half), 128);     // each thread of the warpgroup that read it last
     }
   }
-  mbarrier_init(barriers.pair_max(), 128);
+  for (int which = 0; which < kHandOffs; ++which) mbarrier_init(barriers.hand_off(static_cast<HandOff>(which)), 128);
 }
 
 // The copying producer's addressing of one key source, read from the params once
@@ -225,10 +233,7 @@ __device__ __forceinline__ void run_alternating_consumer(const SparseAttentionPa
   const int row0 = 16 * warp + lane / 4;
   const int* valid_s = reinterpret_cast<const int*>(smem + Layout::kValid) + kOwn * kKeys;
   float* even_max_s = reinterpret_cast<float*>(smem + Layout::kAlpha);   // even's running max after its tile
-  // The pair's, in two slots by pair parity: odd writes the next pair's while even may still read this one's.
-  auto pair_max_slot = [&](int pair) {
-    return reinterpret_cast<float*>(smem + ((pair & 1) == 0 ? Layout::kRowMax : Layout::kRowFactor));
-  };
+  float* pair_max_s = reinterpret_cast<float*>(smem + Layout::kRowMax);  // the pair's
   const std::uint32_t own_p = smem_address(smem + (kOdd ? Layout::kP : Layout::kEvenP));
   const std::uint32_t partner_p = smem_address(smem + (kOdd ? Layout::kEvenP : Layout::kP));
   const std::uint32_t own_k = smem_address(smem + Layout::kK + kOwn * Layout::kTileBytes);
@@ -246,7 +251,7 @@ __device__ __forceinline__ void run_alternating_consumer(const SparseAttentionPa
   float row_sum[2] = {0.0f, 0.0f};            // of this warpgroup's tiles; the two meet at the end
   // Even's P V of odd's P of the pair before (issued ahead of this pair's Q K^T, so both run together).
   auto issue_partner_pv = [&](int parity) {
-    named_barrier_sync(kOddPReady, kConsumerThreads);
+    mbarrier_wait(barriers.hand_off(kOddPReady), parity);
     // Buffer 1's left half landed before odd's Q K^T, and cannot be refilled before
     // even releases it; its copies are seen through its own barrier.
     mbarrier_wait(barriers.full(1, 0), parity);
@@ -285,7 +290,7 @@ __device__ __forceinline__ void run_alternating_consumer(const SparseAttentionPa
     float alpha[2];
     float reference[2];
     if constexpr (kOdd) {
-      named_barrier_sync(kEvenMaxReady, kConsumerThreads);
+      mbarrier_wait(barriers.hand_off(kEvenMaxReady), parity);
 #pragma unroll
       for (int h = 0; h < 2; ++h) tile_max[h] = fmaxf(tile_max[h], even_max_s[row0 + 8 * h]);
     }
@@ -297,11 +302,11 @@ __device__ __forceinline__ void run_alternating_consumer(const SparseAttentionPa
       row_sum[h] *= alpha[h];
     }
     if constexpr (kOdd) {
-      publish_rows(pair_max_slot(pair), row_max, row0, lane);
-      mbarrier_arrive(barriers.pair_max());
+      publish_rows(pair_max_s, row_max, row0, lane);
+      mbarrier_arrive(barriers.hand_off(kPairMaxReady));
     } else {
       publish_rows(even_max_s, row_max, row0, lane);
-      named_barrier_arrive(kEvenMaxReady, kConsumerThreads);
+      mbarrier_arrive(barriers.hand_off(kEvenMaxReady));
     }
     rescale_changed_rows(o, alpha[0], alpha[1]);
     exponentiate_scores(s, reference, p.scale_log2, row_sum);
@@ -314,11 +319,11 @@ __device__ __forceinline__ void run_alternating_consumer(const SparseAttentionPa
       pin_registers(o);
       mbarrier_arrive(barriers.empty(0, 0));  // buffer 0, left: even was its last reader
       // The pair's max: P and what was accumulated move to it.
-      mbarrier_wait(barriers.pair_max(), parity);
+      mbarrier_wait(barriers.hand_off(kPairMaxReady), parity);
       float beta[2];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const RowRescale step = advance_row_max(row_max[h], pair_max_slot(pair)[row0 + 8 * h], p.scale_log2);
+        const RowRescale step = advance_row_max(row_max[h], pair_max_s[row0 + 8 * h], p.scale_log2);
         beta[h] = step.alpha;
         row_sum[h] *= beta[h];
       }
@@ -335,17 +340,17 @@ __device__ __forceinline__ void run_alternating_consumer(const SparseAttentionPa
       }
       store_probabilities(own_p, probabilities, warp, lane);
       fence_view_async_shared();
-      named_barrier_arrive(kEvenPReady, kConsumerThreads);
+      mbarrier_arrive(barriers.hand_off(kEvenPReady));
       rescale_changed_rows(o, beta[0], beta[1]);
     } else {
       store_probabilities(own_p, probabilities, warp, lane);
-      named_barrier_sync(kEvenPReady, kConsumerThreads);
+      mbarrier_wait(barriers.hand_off(kEvenPReady), parity);
       // Buffer 0's right half landed before even's Q K^T, and cannot be refilled before odd releases it.
       mbarrier_wait(barriers.full(0, 1), parity);
       fence_view_async_shared();
       issue_pv_from_shared(o, partner_p, partner_v);
       fence_view_async_shared();  // odd's P (stored above) for even's wgmma
-      named_barrier_arrive(kOddPReady, kConsumerThreads);
+      mbarrier_arrive(barriers.hand_off(kOddPReady));
       wgmma_wait<1>();
       mbarrier_arrive(barriers.empty(1, 1));  // buffer 1, right
       wgmma_wait<0>();
@@ -367,7 +372,7 @@ __device__ __forceinline__ void run_alternating_consumer(const SparseAttentionPa
 #pragma unroll
   for (int h = 0; h < 2; ++h) row_sum[h] = row_reduce_sum<4>(row_sum[h]);
   if constexpr (kOdd) publish_rows(sum_s, row_sum, row0, lane);
-  named_barrier_sync(kConsumers, kConsumerThreads);  // odd's sums in; both done with the pair max slots
+  named_barrier_sync(kConsumers, kConsumerThreads);  // odd's sums in; both done with pair_max_s
   if constexpr (!kOdd) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {

@@ -87,10 +87,6 @@ enum NamedBarrier : int {
   kConsumers = 5,
   kProducers = 6,
   kOutput0 = 7,  // and kOutput0 + 1: a consumer warpgroup's staged output half
-  // Alternating tiles (sm90_alternating.cuh), even -> odd and back, once a pair of tiles:
-  kEvenMaxReady = 9,  // even's row max after its tile
-  kEvenPReady = 10,   // even's P, at the pair's max, in shared memory
-  kOddPReady = 11,    // odd's P
 };
 
 // A CTA pair (h_q 65..128: the two head blocks of a token, one cluster) splits
@@ -117,9 +113,9 @@ struct Sm90Layout {
   // Per K buffer: "this CTA's consumers are done with it" (all 256 arrive).
   static constexpr int kConsumed = kPeerEmpty + 2 * 8;
   // Alternating tiles (sm90_alternating.cuh): FULL and EMPTY mbarriers per K buffer half, [kind][buffer][half],
-  // and the pair's-max hand-off.
+  // then the four hand-offs between the consumers.
   static constexpr int kHalfBarriers = kConsumed + 2 * 8;
-  static constexpr int kBarriersEnd = kHalfBarriers + 9 * 8;
+  static constexpr int kBarriersEnd = kHalfBarriers + 12 * 8;
   // ... and the even tiles' P, which the odd tiles' warpgroup reads: for d_qk 576 in K buffer 0's RoPE
   // columns (only Q K^T reads them, and the buffer's right half is released after this P's last reader),
   // else a chunk of its own.
