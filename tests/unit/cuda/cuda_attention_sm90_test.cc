@@ -136,5 +136,48 @@ TEST(CudaSm90Attention, FlatPrefillBothHeadDims) {
   expect_prefill_matches(o, "d576 h64 strided");
 }
 
+// Copied rows (bf16 caches, the flat prefill workspace) run the alternating-tiles
+// scheme: the two consumer warpgroups take alternate 64-key tiles and an odd tile
+// count gets one more, all invalid. Tile counts 1 to 5 and the lengths around them,
+// head counts around the 64-row tile, every key invalid, and the producer's three
+// ways to find a row's page (one page holding every slot, power-of-two and other page sizes).
+TEST(CudaSm90Attention, AlternatingTilesEdges) {
+  SKIP_WITHOUT_DEVICE();
+  for (std::int64_t topk : {1, 63, 64, 65, 128, 129, 192, 193, 320}) {
+    testkit::PrefillCaseOptions o;
+    o.s_q = 5;
+    o.s_kv = 700;  // one page of 700 rows
+    o.topk = topk;
+    o.d_qk = topk % 2 == 0 ? 512 : 576;
+    o.seed = static_cast<std::uint64_t>(topk);
+    expect_prefill_matches(o, "flat topk " + std::to_string(topk) + " d" + std::to_string(o.d_qk));
+  }
+  for (std::int64_t heads : {1, 63, 65, 127}) {
+    testkit::PrefillCaseOptions o;
+    o.s_q = 3;
+    o.s_kv = 1024;
+    o.num_heads = heads;
+    o.topk = 200;
+    o.strided = heads % 2 == 1;
+    o.seed = static_cast<std::uint64_t>(heads);
+    expect_prefill_matches(o, "flat heads " + std::to_string(heads));
+  }
+  testkit::PrefillCaseOptions none;
+  none.topk = 150;
+  none.invalid_fraction = 1.0;
+  expect_prefill_matches(none, "flat, every index invalid");
+  for (std::int64_t page_size : {37, 64}) {
+    testkit::DecodeCaseOptions o = long_v4_case();
+    o.format = KvFormat::kBf16Rows;
+    o.num_heads = 100;
+    o.main_page_size = page_size;
+    o.extra_page_size = page_size == 37 ? 3 : 16;
+    o.random_lengths = true;
+    o.invalid_index_fraction = 0.25;
+    o.seed = static_cast<std::uint64_t>(page_size);
+    expect_decode_matches(o, "bf16 rows, pages of " + std::to_string(page_size));
+  }
+}
+
 }  // namespace
 }  // namespace smla
