@@ -157,9 +157,10 @@ __device__ __forceinline__ void run_alternating_producer(const SparseAttentionPa
   auto position_of = [&](int tile, int round) { return begin + tile * kKeys + round * kKeysPerRound + Loader::key_of(thread); };
   const CopySource main_source = CopySource::of(p.source[0], token);
   const CopySource extra_source = p.num_sources > 1 ? CopySource::of(p.source[1], token) : CopySource{};
-  // A pair's indices are requested as soon as the pair before has resolved its own
-  // (a whole pair of fills ahead of their use: one fill ahead left the producer waiting
-  // on them). Past `end` (the odd count's extra tile) nothing is read.
+  // Each tile's indices are requested once its buffer's last half of the previous
+  // pair is filled, a pair ahead of their use (requesting both right after the pair's
+  // own were resolved measured 1-2% slower, docs/PERF.md). Past `end` (the odd count's
+  // extra tile) nothing is read.
   auto request_tile = [&](int tile, TileKeys<kRounds>& keys) {
 #pragma unroll
     for (int r = 0; r < kRounds; ++r) {
@@ -183,12 +184,12 @@ __device__ __forceinline__ void run_alternating_producer(const SparseAttentionPa
   for (int pair = 0; pair < num_pairs; ++pair) {
     resolve_tile(2 * pair, even);
     resolve_tile(2 * pair + 1, odd);
-    request_tile(2 * pair + 2, even);
-    request_tile(2 * pair + 3, odd);
     fill_half<Loader, 0, kLeftUnits>(smem, pair, 0, even, part, thread, l2_policy);
     fill_half<Loader, kLeftUnits, Loader::kUnitsPerPart>(smem, pair, 1, odd, part, thread, l2_policy);
     fill_half<Loader, kLeftUnits, Loader::kUnitsPerPart>(smem, pair, 0, even, part, thread, l2_policy);
+    request_tile(2 * pair + 2, even);
     fill_half<Loader, 0, kLeftUnits>(smem, pair, 1, odd, part, thread, l2_policy);
+    request_tile(2 * pair + 3, odd);
   }
 }
 
