@@ -296,13 +296,7 @@ __device__ __forceinline__ void run_alternating_consumer(const SparseAttentionPa
 #pragma unroll
       for (int h = 0; h < 2; ++h) tile_max[h] = fmaxf(tile_max[h], even_max_s[row0 + 8 * h]);
     }
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const RowRescale step = advance_row_max(row_max[h], tile_max[h], p.scale_log2);
-      reference[h] = step.reference;
-      alpha[h] = step.alpha;
-      row_sum[h] *= alpha[h];
-    }
+    advance_rows(row_max, tile_max, p.scale_log2, reference, alpha, row_sum);
     if constexpr (kOdd) {
       publish_rows(pair_max_s, row_max, row0, lane);
       mbarrier_arrive(barriers.hand_off(kPairMaxReady));

@@ -11,6 +11,8 @@
 //             warpgroup, then O[:, 0:256] += P V with P taken from registers;
 //   value     O[:, 256:512] += P V with P from shared memory.
 // V is the first 512 columns of the same K buffer, read N-major by wgmma.
+// Copied rows (bf16, the flat prefill workspace) run another consumer scheme,
+// alternating tiles between the two consumer warpgroups (sm90_alternating.cuh).
 // Hand-offs: FULL(b) producer -> consumers, P_FULL / P_EMPTY score <-> value
 // are named barriers; EMPTY(b) consumers -> producer is an mbarrier (every
 // consumer thread arrives, the producer threads wait on its phase), so the
@@ -479,6 +481,20 @@ __device__ __forceinline__ void exponentiate_scores(float (&s)[32], const float 
   }
 }
 
+// Both of this thread's rows take the tile's max into their running max: the
+// reference the tile's scores are exponentiated against, the factor alpha for what
+// was accumulated before, and the row sums rescaled by it.
+__device__ __forceinline__ void advance_rows(float (&row_max)[2], const float (&tile_max)[2], float scale_log2,
+                                             float (&reference)[2], float (&alpha)[2], float (&row_sum)[2]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const RowRescale step = advance_row_max(row_max[h], tile_max[h], scale_log2);
+    reference[h] = step.reference;
+    alpha[h] = step.alpha;
+    row_sum[h] *= alpha[h];
+  }
+}
+
 // P as the A fragments of the four 16-key steps of P V: [step][r] holds keys
 // 16 step + 8 (r / 2) + 2 (lane % 4) + {0, 1} of row row0 (r even) or row0 + 8.
 using Probabilities = std::uint32_t[4][4];
@@ -564,13 +580,7 @@ __device__ __forceinline__ void run_score_warpgroup(const SparseAttentionParams&
     mask_scores(s, valid_s + buffer * kKeys, lane, tile_max);
     float alpha[2];
     float reference[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const RowRescale step = advance_row_max(row_max[h], tile_max[h], p.scale_log2);
-      reference[h] = step.reference;
-      alpha[h] = step.alpha;
-      row_sum[h] *= alpha[h];
-    }
+    advance_rows(row_max, tile_max, p.scale_log2, reference, alpha, row_sum);
     exponentiate_scores(s, reference, p.scale_log2, row_sum);
     Probabilities probabilities;
     pack_probabilities(s, probabilities);
