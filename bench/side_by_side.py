@@ -9,6 +9,9 @@ Each smla case is matched with the FlashMLA case that serves the same step:
   prefill PF-/PFD-V4-h64 -> PF_MODEL1_C1_h64_k512, PF-/PFD-V4-h128 -> PF_MODEL1_C2_h128_k1024,
   PF-/PFD-V32-h128 -> PF_V32_h128_k2048, same s_kv (FlashMLA's bf16-workspace kernel alone).
 Cases without a peer counterpart (MTP packing) keep peer_us null.
+Direct (PFD) cases also carry staging_us (smla's dequantize_and_gather of the bf16
+workspace a two-pass user fills first) and peer_two_pass_us = staging_us + peer_us:
+what a FlashMLA user pays for the same step from the FP8 caches.
 
   bench/side_by_side.py --smla gpu_bench.json --peer flashmla_peer.csv --commit abc1234 [--out DIR]
 """
@@ -77,6 +80,10 @@ def main():
                       "peer_tflops": float(match["tflops"]) if match else None,
                       "peer_case": match["case"] if match else None,
                       "mode": r.get("mode"), "pct_gemm_ceiling": r.get("pct_gemm_ceiling")})
+        staging = r.get("staging_us") or 0.0
+        if r.get("mode") == "direct" and staging > 0 and match:
+            cases[-1]["staging_us"] = staging
+            cases[-1]["peer_two_pass_us"] = staging + float(match["median_us"])
     card = smla.get("device", "unknown")
     doc = {"card": card, "commit": args.commit, "date": args.date,
            "bf16_gemm_ceiling_tflops": smla.get("bf16_gemm_ceiling_tflops"), "cases": cases}
@@ -87,8 +94,12 @@ def main():
     print(path)
     for c in cases:
         ratio = f"{c['peer_us'] / c['smla_us']:.2f}x" if c["peer_us"] else "-"
+        two_pass = ""
+        if c.get("peer_two_pass_us"):
+            two_pass = (f"  two-pass {c['peer_two_pass_us']:9.1f} us (staging {c['staging_us']:.1f}) "
+                        f"{c['peer_two_pass_us'] / c['smla_us']:.2f}x")
         print(f"{c['kind']:8s} {c['label']:13s} b={c['b']:<4} s_kv={c['s_kv'] or '':<7} smla {c['smla_us']:9.1f} us "
-              f"peer {c['peer_us'] or float('nan'):9.1f} us  {ratio}")
+              f"peer {c['peer_us'] or float('nan'):9.1f} us  {ratio}{two_pass}")
 
 
 if __name__ == "__main__":
