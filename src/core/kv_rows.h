@@ -34,28 +34,44 @@ SMLA_HOST_DEVICE int quantize_tile(const float* x, int count, std::uint8_t* code
   return e;
 }
 
-// Decodes token t of `page` (the page's first byte) into out[Format::kHeadDim].
+// Values decode in units of 8 (a 16-byte bf16 store on the GPU): every format's
+// dims, tiles and NoPE / RoPE boundary are multiples of it.
+inline constexpr int kDecodeUnit = 8;
+
+// Decodes values [8 unit, 8 unit + 8) of token t of `page` (the page's first byte) into out[8].
 template <class Format>
-SMLA_HOST_DEVICE void decode_token(const std::uint8_t* page, std::int64_t page_size, std::int64_t t, float fp8_scale,
-                                   float* out) {
+SMLA_HOST_DEVICE void decode_unit(const std::uint8_t* page, std::int64_t page_size, std::int64_t t, float fp8_scale,
+                                  int unit, float* out) {
+  static_assert(Format::kHeadDim % kDecodeUnit == 0);
+  const int first = unit * kDecodeUnit;
   if constexpr (Format::kLayout == KvRowLayout::kTiledNopeRope) {
-    const std::uint8_t* nope = page + Format::nope_offset(t, page_size);
-    const std::uint8_t* scales = page + Format::scale_offset(t, page_size);
-    const std::uint8_t* rope = page + Format::rope_offset(t, page_size);
-    for (int tile = 0; tile < Format::kNumTiles; ++tile) {
-      const float scale = Format::tile_scale(scales, tile);
-      for (int i = tile * Format::kTile; i < (tile + 1) * Format::kTile; ++i) out[i] = e4m3_to_f32(nope[i]) * scale;
+    static_assert(Format::kTile % kDecodeUnit == 0 && Format::kNopeDim % kDecodeUnit == 0);
+    if (first < Format::kNopeDim) {
+      const std::uint8_t* nope = page + Format::nope_offset(t, page_size);
+      const float scale = Format::tile_scale(page + Format::scale_offset(t, page_size), first / Format::kTile);
+      for (int i = 0; i < kDecodeUnit; ++i) out[i] = e4m3_to_f32(nope[first + i]) * scale;
+    } else {
+      const std::uint8_t* rope = page + Format::rope_offset(t, page_size) + 2 * (first - Format::kNopeDim);
+      for (int i = 0; i < kDecodeUnit; ++i) out[i] = bf16_to_f32(load_u16(rope + 2 * i));
     }
-    for (int i = 0; i < Format::kRopeDim; ++i) out[Format::kNopeDim + i] = bf16_to_f32(load_u16(rope + 2 * i));
   } else if constexpr (Format::kStorage == DType::kBF16) {
     static_assert(Format::kLayout == KvRowLayout::kPlainRows);
-    const std::uint8_t* row = page + t * Format::kBytesPerToken;
-    for (int i = 0; i < Format::kHeadDim; ++i) out[i] = bf16_to_f32(load_u16(row + 2 * i));
+    const std::uint8_t* row = page + t * Format::kBytesPerToken + 2 * first;
+    for (int i = 0; i < kDecodeUnit; ++i) out[i] = bf16_to_f32(load_u16(row + 2 * i));
   } else {
     static_assert(Format::kLayout == KvRowLayout::kPlainRows && Format::kStorage == DType::kE4M3 &&
                   Format::kPerTensorScale);
-    const std::uint8_t* row = page + t * Format::kBytesPerToken;
-    for (int i = 0; i < Format::kHeadDim; ++i) out[i] = e4m3_to_f32(row[i]) * fp8_scale;
+    const std::uint8_t* row = page + t * Format::kBytesPerToken + first;
+    for (int i = 0; i < kDecodeUnit; ++i) out[i] = e4m3_to_f32(row[i]) * fp8_scale;
+  }
+}
+
+// Decodes token t of `page` into out[Format::kHeadDim].
+template <class Format>
+SMLA_HOST_DEVICE void decode_token(const std::uint8_t* page, std::int64_t page_size, std::int64_t t, float fp8_scale,
+                                   float* out) {
+  for (int unit = 0; unit < Format::kHeadDim / kDecodeUnit; ++unit) {
+    decode_unit<Format>(page, page_size, t, fp8_scale, unit, out + unit * kDecodeUnit);
   }
 }
 

@@ -399,9 +399,11 @@ Status dequantize_and_gather(const Context& context, const KvCacheView& cache, c
   if (offset < 0 || offset > out.shape[1]) {
     return out_of_range("offset", fmt::format("a value in [0, out rows = {}]", out.shape[1]), std::to_string(offset));
   }
-  const std::int64_t row_blocks = detail::cdiv(out.shape[1] - offset, cuda::kGatherRowsPerBlock);
+  const int rows_per_block = cuda::gather_rows_per_block(kv_format_info(cache.format).head_dim);
+  const std::int64_t row_blocks = detail::cdiv(out.shape[1] - offset, rows_per_block);
   if (batch * row_blocks > detail::kMaxI32) {
-    return out_of_range("out", "batch * cdiv(rows - offset, 64) <= 2^31 - 1 (one launch)", out.shape_string());
+    return out_of_range("out", fmt::format("batch * cdiv(rows - offset, {}) <= 2^31 - 1 (one launch)", rows_per_block),
+                        out.shape_string());
   }
   SMLA_RETURN_IF_ERROR(dev.check_launchable(context));
 
@@ -528,8 +530,10 @@ Status gather_prefill_chunk(const Context& context, const BatchDescription& batc
     return out_of_range("compressed_rows", fmt::format("a value in [0, out rows = {}]", out.shape[1]),
                         std::to_string(compressed_rows));
   }
-  if (reqs * detail::cdiv(out.shape[1], cuda::kGatherRowsPerBlock) > detail::kMaxI32) {
-    return out_of_range("out", "chunk requests * cdiv(rows, 64) <= 2^31 - 1 (one launch)", out.shape_string());
+  const int rows_per_block = cuda::gather_rows_per_block(head_dim);
+  if (reqs * detail::cdiv(out.shape[1], rows_per_block) > detail::kMaxI32) {
+    return out_of_range("out", fmt::format("chunk requests * cdiv(rows, {}) <= 2^31 - 1 (one launch)", rows_per_block),
+                        out.shape_string());
   }
   const TensorView* table = nullptr;
   if (*type != LayerType::kSwaOnly) {

@@ -1,9 +1,13 @@
-// Dequantize-and-gather on the device (spec 4.5): one thread per gathered row,
-// decoding through the shared codec rule (src/core/kv_rows.h decode_token) so
-// the bytes equal the host's.
+// Dequantize-and-gather on the device (spec 4.5): a thread per 8 values of a
+// gathered row, decoding through the shared codec rule (src/core/kv_rows.h
+// decode_unit) so the bytes equal the host's, stored as one 16-byte write where
+// the output allows. A thread per row (a whole row decoded into a local array,
+// then written a value at a time, each thread's stores 1 KB from its neighbour's)
+// ran at about 32 GB/s (docs/PERF.md).
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstring>
 
 #include "src/core/kv_rows.h"
 #include "src/cuda/metadata/metadata_device.cuh"
@@ -12,13 +16,22 @@
 namespace smla::cuda {
 namespace {
 
-constexpr int kGatherThreads = kGatherRowsPerBlock;
-
 template <class Format>
-__global__ void __launch_bounds__(kGatherThreads) gather_kernel(const __grid_constant__ GatherParams p,
-                                                               std::int64_t row_blocks) {
+struct GatherShape {
+  static constexpr int kUnitsPerRow = Format::kHeadDim / detail::kDecodeUnit;
+  static constexpr int kRowsPerBlock = gather_rows_per_block(Format::kHeadDim);
+  static constexpr int kThreads = kRowsPerBlock * kUnitsPerRow;
+};
+
+// Block (b, row block): threadIdx.x = row in the block * units + unit.
+template <class Format>
+__global__ void __launch_bounds__(GatherShape<Format>::kThreads) gather_kernel(const __grid_constant__ GatherParams p,
+                                                                               std::int64_t row_blocks) {
+  using Shape = GatherShape<Format>;
   const std::int64_t b = static_cast<std::int64_t>(blockIdx.x) / row_blocks;
-  const std::int64_t i = (static_cast<std::int64_t>(blockIdx.x) % row_blocks) * kGatherThreads + threadIdx.x;
+  const int unit = static_cast<int>(threadIdx.x) % Shape::kUnitsPerRow;
+  const std::int64_t i = (static_cast<std::int64_t>(blockIdx.x) % row_blocks) * Shape::kRowsPerBlock +
+                         static_cast<int>(threadIdx.x) / Shape::kUnitsPerRow;
   const std::int64_t seq_len = load_i32(p.seq_lens, p.stride_seq_lens, b) / p.seq_div;
   std::int64_t gather = seq_len;
   if (p.gather_lens != nullptr) gather = load_i32(p.gather_lens, p.stride_gather_lens, b);
@@ -33,23 +46,32 @@ __global__ void __launch_bounds__(kGatherThreads) gather_kernel(const __grid_con
   const std::int64_t col = pos / p.page_size;
   std::int64_t block = -1;
   if (col < row.num_cols) block = row.data[col * row.col_stride];
-  float values[Format::kHeadDim];
+  float values[detail::kDecodeUnit];
   if (block >= 0 && block < p.num_pages) {
-    detail::decode_token<Format>(p.pages + block * p.page_stride_bytes, p.page_size, pos % p.page_size, p.fp8_scale,
-                                 values);
+    detail::decode_unit<Format>(p.pages + block * p.page_stride_bytes, p.page_size, pos % p.page_size, p.fp8_scale,
+                                unit, values);
   } else {
-    for (int d = 0; d < Format::kHeadDim; ++d) values[d] = 0.0f;
+    for (int d = 0; d < detail::kDecodeUnit; ++d) values[d] = 0.0f;
   }
-  std::uint16_t* dst = p.out + b * p.stride_out_b + (p.offset + i) * p.stride_out_m;
-  for (int d = 0; d < Format::kHeadDim; ++d) dst[d * p.stride_out_d] = f32_to_bf16(values[d]);
+  std::uint16_t bits[detail::kDecodeUnit];
+  for (int d = 0; d < detail::kDecodeUnit; ++d) bits[d] = f32_to_bf16(values[d]);
+  std::uint16_t* dst = p.out + b * p.stride_out_b + (p.offset + i) * p.stride_out_m + unit * detail::kDecodeUnit * p.stride_out_d;
+  if (p.stride_out_d == 1 && reinterpret_cast<std::uintptr_t>(dst) % 16 == 0) {
+    uint4 packed;
+    std::memcpy(&packed, bits, sizeof(packed));
+    *reinterpret_cast<uint4*>(dst) = packed;
+  } else {
+    for (int d = 0; d < detail::kDecodeUnit; ++d) dst[d * p.stride_out_d] = bits[d];
+  }
 }
 
 template <class Format>
 cudaError_t launch_format(const GatherParams& p, cudaStream_t stream) {
+  using Shape = GatherShape<Format>;
   const std::int64_t rows = p.out_rows - p.offset;
   if (p.batch <= 0 || rows <= 0) return cudaGetLastError();
-  const std::int64_t row_blocks = detail::cdiv(rows, kGatherThreads);
-  gather_kernel<Format><<<static_cast<unsigned>(p.batch * row_blocks), kGatherThreads, 0, stream>>>(p, row_blocks);
+  const std::int64_t row_blocks = detail::cdiv(rows, Shape::kRowsPerBlock);
+  gather_kernel<Format><<<static_cast<unsigned>(p.batch * row_blocks), Shape::kThreads, 0, stream>>>(p, row_blocks);
   return cudaGetLastError();
 }
 

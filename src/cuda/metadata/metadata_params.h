@@ -114,8 +114,11 @@ struct MixedIndicesParams {
   std::int64_t stride_lens = 1;
 };
 
-// Rows of one request a dequantize-and-gather block covers (one thread per row).
-inline constexpr int kGatherRowsPerBlock = 64;
+// Rows of one request a dequantize-and-gather block covers: 256 threads, one per
+// 8 values of a row (gather_kernels.cu).
+inline constexpr int gather_rows_per_block(std::int64_t head_dim) {
+  return static_cast<int>(256 / (head_dim / 8) > 0 ? 256 / (head_dim / 8) : 1);
+}
 
 struct CombineParams {
   DeviceBatch batch;                       // query_lens / seq_lens only
