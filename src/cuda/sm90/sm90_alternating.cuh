@@ -193,8 +193,9 @@ __device__ __forceinline__ void run_alternating_producer(const SparseAttentionPa
   }
 }
 
-// A value of this thread's two rows, published by a quad's lane 0; the warp meets
-// after the stores, so a following named-barrier arrive covers them.
+// A value of this thread's two rows, published by a quad's lane 0, which then
+// releases it by its own arrival (hand-off mbarrier) or barrier; the warp
+// reconverges after the stores.
 __device__ __forceinline__ void publish_rows(float* to, const float (&value)[2], int row0, int lane) {
   if (lane % 4 == 0) {
     to[row0] = value[0];
