@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "smla/kv_format.h"
+#include "src/core/kv_rows.h"
 
 namespace smla::cuda {
 
@@ -114,10 +115,11 @@ struct MixedIndicesParams {
   std::int64_t stride_lens = 1;
 };
 
-// Rows of one request a dequantize-and-gather block covers: 256 threads, one per
-// 8 values of a row (gather_kernels.cu).
+// Rows of one request a dequantize-and-gather block covers: about 256 threads, one
+// per decode unit (8 values) of a row (gather_kernels.cu).
 inline constexpr int gather_rows_per_block(std::int64_t head_dim) {
-  return static_cast<int>(256 / (head_dim / 8) > 0 ? 256 / (head_dim / 8) : 1);
+  const std::int64_t units = head_dim / detail::kDecodeUnit;
+  return static_cast<int>(256 / units > 0 ? 256 / units : 1);
 }
 
 struct CombineParams {

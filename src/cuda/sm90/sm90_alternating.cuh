@@ -363,29 +363,22 @@ __device__ __forceinline__ void run_alternating_consumer(const SparseAttentionPa
   }
 
   // Row statistics: each warpgroup's sums over its tiles meet; even publishes.
-  float* max_s = reinterpret_cast<float*>(smem + Layout::kRowMax);
   float* sum_s = reinterpret_cast<float*>(smem + Layout::kRowSum);
-  float* factor_s = reinterpret_cast<float*>(smem + Layout::kRowFactor);
 #pragma unroll
   for (int h = 0; h < 2; ++h) row_sum[h] = row_reduce_sum<4>(row_sum[h]);
   if constexpr (kOdd) publish_rows(sum_s, row_sum, row0, lane);
   named_barrier_sync(kConsumers, kConsumerThreads);  // odd's sums in; both done with pair_max_s
   if constexpr (!kOdd) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = row0 + 8 * h;
-      if (lane % 4 == 0) {
-        const HeadBlockRows rows{p, token, head0};
-        const float l = row_sum[h] + sum_s[row];
-        publish_row_statistics(p, split, rows, row, row_max[h], l, max_s, sum_s);
-        if (output_is_staged(p)) {
-          factor_s[row] = rows.live(row) ? row_output_factor(p, rows.head(row), row_max[h], l) : 0.0f;
-        }
-      }
+    float row_total[2] = {row_sum[0], row_sum[1]};
+    if (lane % 4 == 0) {  // the lane that publishes (and then rewrites sum_s)
+      row_total[0] += sum_s[row0];
+      row_total[1] += sum_s[row0 + 8];
     }
+    publish_block_rows<Loader::kDim>(p, smem, token, head0, split, row0, lane, row_max, row_total);
   }
   named_barrier_sync(kConsumers, kConsumerThreads);
-  write_output_half<Loader::kDim>(p, o, smem, token, head0, split, kOwn, max_s, sum_s, warp, lane);
+  write_output_half<Loader::kDim>(p, o, smem, token, head0, split, kOwn,
+                                  reinterpret_cast<const float*>(smem + Layout::kRowMax), sum_s, warp, lane);
 }
 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL

@@ -348,51 +348,6 @@ __device__ __forceinline__ void run_producer(const SparseAttentionParams& p, std
   if (kPair && thread == 0) bulk_wait_sources_read();  // before the CTA may exit
 }
 
-// Rows that need no expansion (bf16 rows, the flat prefill workspace): a tile's
-// rows are copied with cp.async straight into the swizzled buffer, all of the
-// producer's share of the tile in flight at once (the register-staged producer
-// above keeps one pass in flight). Each tile's indices are requested a tile ahead.
-template <class Loader, bool kPair>
-__device__ __forceinline__ void run_copy_producer(const SparseAttentionParams& p, std::uint8_t* smem, int token,
-                                                  int begin, int end, int n_main, int num_tiles, int thread,
-                                                  std::uint32_t rank) {
-  using Layout = Sm90Layout<Loader::kDim>;
-  constexpr int kKeysPerRound = 128 / Loader::kParts;
-  constexpr int kRounds = (kPair ? kPairKeys : kKeys) / kKeysPerRound;  // this CTA's rounds per tile
-  const int first_row = kPair ? static_cast<int>(rank) * kPairKeys : 0;
-  int* valid_s = reinterpret_cast<int*>(smem + Layout::kValid);
-  const int part = Loader::part_of(thread);
-  const int key_in_round = Loader::key_of(thread);
-  auto row_of = [&](int round) { return first_row + round * kKeysPerRound + key_in_round; };
-  PendingKey pending[kRounds];
-  auto request_tile = [&](int tile) {  // past `end`: nothing is read
-#pragma unroll
-    for (int r = 0; r < kRounds; ++r) pending[r] = request_key(p, token, begin + tile * kKeys + row_of(r), end, n_main);
-  };
-  const std::uint64_t l2_policy = l2_evict_last_policy();
-  request_tile(0);
-  for (int tile = 0; tile < num_tiles; ++tile) {
-    const int buffer = tile & 1;
-    KeySlot keys[kRounds];
-#pragma unroll
-    for (int r = 0; r < kRounds; ++r) keys[r] = resolve_key(p, pending[r]);
-    request_tile(tile + 1);
-    wait_buffer_free<Loader::kDim, kPair>(smem, tile, buffer, thread);
-    std::uint8_t* k_tile = smem + Layout::kK + buffer * Layout::kTileBytes;
-#pragma unroll
-    for (int r = 0; r < kRounds; ++r) {
-      Loader::copy_async(k_tile, row_of(r), part,
-                         keys[r].valid ? Loader::row_address(key_source(p, keys[r].source), keys[r].slot) : nullptr,
-                         l2_policy);
-      if (part == 0) valid_s[buffer * kKeys + row_of(r)] = keys[r].valid ? 1 : 0;
-    }
-    cp_async_commit();
-    cp_async_wait_all();
-    publish_tile<Loader::kDim, kPair>(smem, tile, buffer, rank, thread);
-  }
-  if (kPair && thread == 0) bulk_wait_sources_read();  // before the CTA may exit
-}
-
 // Once a consumer thread's P V is done (the wgmma wait covers its reads of the
 // buffer) it releases the buffer to this CTA's producers: every consumer thread
 // arrives, because an mbarrier arrival releases only the arriving thread's own
@@ -550,6 +505,31 @@ __device__ __forceinline__ void issue_pv_from_shared(float (&o)[128], std::uint3
   wgmma_commit();
 }
 
+// The block's statistics of this thread's two rows once all tiles are in (row_sum
+// the whole row's): lane 0 of the quad publishes them (max_s / sum_s, and lse /
+// max_logits or the split partials) and, for a staged output, the row's output
+// factor, computed once here for both consumer warpgroups (the sink is a load
+// from device memory).
+template <int kDim>
+__device__ __forceinline__ void publish_block_rows(const SparseAttentionParams& p, std::uint8_t* smem, int token,
+                                                   int head0, int split, int row0, int lane, const float (&row_max)[2],
+                                                   const float (&row_sum)[2]) {
+  using Layout = Sm90Layout<kDim>;
+  if (lane % 4 != 0) return;
+  float* max_s = reinterpret_cast<float*>(smem + Layout::kRowMax);
+  float* sum_s = reinterpret_cast<float*>(smem + Layout::kRowSum);
+  float* factor_s = reinterpret_cast<float*>(smem + Layout::kRowFactor);
+  const HeadBlockRows rows{p, token, head0};
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = row0 + 8 * h;
+    publish_row_statistics(p, split, rows, row, row_max[h], row_sum[h], max_s, sum_s);
+    if (output_is_staged(p)) {
+      factor_s[row] = rows.live(row) ? row_output_factor(p, rows.head(row), row_max[h], row_sum[h]) : 0.0f;
+    }
+  }
+}
+
 template <class Loader, bool kPair>
 __device__ __forceinline__ void run_score_warpgroup(const SparseAttentionParams& p, std::uint8_t* smem, int token,
                                                     int head0, int split, int num_tiles, int thread,
@@ -603,25 +583,14 @@ __device__ __forceinline__ void run_score_warpgroup(const SparseAttentionParams&
     release_buffer<Loader::kDim, kPair>(smem, tile, num_tiles, buffer, lane, rank);
   }
 
-  // Row statistics: the quad's partial sums meet; lane 0 of the quad publishes.
-  float* max_s = reinterpret_cast<float*>(smem + Layout::kRowMax);
-  float* sum_s = reinterpret_cast<float*>(smem + Layout::kRowSum);
-  float* factor_s = reinterpret_cast<float*>(smem + Layout::kRowFactor);
+  // Row statistics: the quad's partial sums meet.
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    row_sum[h] = row_reduce_sum<4>(row_sum[h]);
-    const int row = row0 + 8 * h;
-    if (lane % 4 == 0) {
-      const HeadBlockRows rows{p, token, head0};
-      publish_row_statistics(p, split, rows, row, row_max[h], row_sum[h], max_s, sum_s);
-      // Once here for both warpgroups' staged output (the sink is a load from device memory).
-      if (output_is_staged(p)) {
-        factor_s[row] = rows.live(row) ? row_output_factor(p, rows.head(row), row_max[h], row_sum[h]) : 0.0f;
-      }
-    }
-  }
+  for (int h = 0; h < 2; ++h) row_sum[h] = row_reduce_sum<4>(row_sum[h]);
+  publish_block_rows<Loader::kDim>(p, smem, token, head0, split, row0, lane, row_max, row_sum);
   named_barrier_sync(kConsumers, kConsumerThreads);
-  write_output_half<Loader::kDim>(p, o, smem, token, head0, split, 0, max_s, sum_s, warp, lane);
+  write_output_half<Loader::kDim>(p, o, smem, token, head0, split, 0,
+                                  reinterpret_cast<const float*>(smem + Layout::kRowMax),
+                                  reinterpret_cast<const float*>(smem + Layout::kRowSum), warp, lane);
 }
 
 template <class Loader, bool kPair>
@@ -711,8 +680,10 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_attention_kernel(const __gri
   const int tid = static_cast<int>(threadIdx.x);
   std::uint32_t rank = 0;
   if constexpr (kPair) rank = cluster_rank();
-  // Copied rows run the alternating-tiles scheme (sm90_alternating.cuh); pairs exist to share an expansion.
-  constexpr bool kAlternating = Loader::kCopiesRows && !kPair;
+  // Copied rows run the alternating-tiles scheme (sm90_alternating.cuh). CTA pairs
+  // exist to share an expansion, so copied rows are never paired (the launch).
+  constexpr bool kAlternating = Loader::kCopiesRows;
+  static_assert(!(kAlternating && kPair));
   if (tid == 0) {
     if constexpr (kAlternating) init_half_barriers<Loader::kDim>(smem);
     for (int b = 0; b < 2; ++b) {
@@ -750,8 +721,6 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_attention_kernel(const __gri
     set_registers<Budget::kProducer>();
     if constexpr (kAlternating) {
       run_alternating_producer<Loader>(p, smem, token, begin, end, n_main, num_pairs, tid - kConsumerThreads);
-    } else if constexpr (Loader::kCopiesRows) {
-      run_copy_producer<Loader, kPair>(p, smem, token, begin, end, n_main, num_tiles, tid - kConsumerThreads, rank);
     } else {
       run_producer<Loader, kPair>(p, smem, token, begin, end, n_main, num_tiles, tid - kConsumerThreads, rank);
     }

@@ -239,11 +239,6 @@ struct Sm90RowLoader {
     }
   }
 
-  // Where a copied row's bytes are (copy_async's `row`).
-  __device__ static const std::uint8_t* row_address(const KvSourceParams& src, std::uint32_t slot) {
-    return Units::locate(src, slot).row;
-  }
-
   // Copies this part's units of a bf16 row (nullptr: a key not attended, whose
   // units are zeroed) straight into row `key` of a K tile with cp.async (the
   // caller commits and waits). Units j in [kFirst, kEnd) of the part only: unit

@@ -11,24 +11,27 @@ namespace smla::cuda::sm90 {
 template <class Loader>
 cudaError_t launch_sm90_attention(const SparseAttentionParams& params, dim3 grid, int smem_bytes, const LaunchFlags& flags,
                                   cudaStream_t stream) {
-  // The two head blocks of an h_q 65..128 token run as a CTA pair that shares the expansion.
-  if (grid.y == 2 && flags.pair_head_blocks) {
-    auto* kernel = sm90_attention_kernel<Loader, false, true>;
-    const cudaError_t status = ensure_dynamic_smem(kernel, smem_bytes);
-    if (status != cudaSuccess) return status;
-    cudaLaunchAttribute cluster{};
-    cluster.id = cudaLaunchAttributeClusterDimension;
-    cluster.val.clusterDim.x = 1;
-    cluster.val.clusterDim.y = 2;  // the token's two head blocks
-    cluster.val.clusterDim.z = 1;
-    cudaLaunchConfig_t config{};
-    config.gridDim = grid;
-    config.blockDim = dim3(kThreads);
-    config.dynamicSmemBytes = static_cast<std::size_t>(smem_bytes);
-    config.stream = stream;
-    config.attrs = &cluster;
-    config.numAttrs = 1;
-    return cudaLaunchKernelEx(&config, kernel, params);
+  // The two head blocks of an h_q 65..128 token run as a CTA pair that shares the
+  // expansion; copied rows have none, and the plan never pairs them.
+  if constexpr (!Loader::kCopiesRows) {
+    if (grid.y == 2 && flags.pair_head_blocks) {
+      auto* kernel = sm90_attention_kernel<Loader, false, true>;
+      const cudaError_t status = ensure_dynamic_smem(kernel, smem_bytes);
+      if (status != cudaSuccess) return status;
+      cudaLaunchAttribute cluster{};
+      cluster.id = cudaLaunchAttributeClusterDimension;
+      cluster.val.clusterDim.x = 1;
+      cluster.val.clusterDim.y = 2;  // the token's two head blocks
+      cluster.val.clusterDim.z = 1;
+      cudaLaunchConfig_t config{};
+      config.gridDim = grid;
+      config.blockDim = dim3(kThreads);
+      config.dynamicSmemBytes = static_cast<std::size_t>(smem_bytes);
+      config.stream = stream;
+      config.attrs = &cluster;
+      config.numAttrs = 1;
+      return cudaLaunchKernelEx(&config, kernel, params);
+    }
   }
   auto* kernel = flags.token_major ? sm90_attention_kernel<Loader, true, false> : sm90_attention_kernel<Loader, false, false>;
   const cudaError_t status = ensure_dynamic_smem(kernel, smem_bytes);
