@@ -7,7 +7,7 @@ Each smla case is matched with the FlashMLA case that serves the same step:
   CONFIGn -> MODEL1_CONFIGn, SQ1-CONFIGn -> MODEL1_CONFIGn_SQ1, V3.2 -> V32,
   TP-hN -> TP_PAD64 (FlashMLA must pad a TP shard to 64 heads), same b;
   prefill PF-/PFD-V4-h64 -> PF_MODEL1_C1_h64_k512, PF-/PFD-V4-h128 -> PF_MODEL1_C2_h128_k1024,
-  PF-/PFD-V32-h128 -> PF_V32_h128_k2048, same s_kv (FlashMLA's bf16-workspace kernel alone).
+  PF-/PFD-V32-h128 -> PF_V32_h128_k2048, PF-D512-hN -> PF_D512_hN_k2048, same s_kv (FlashMLA's bf16-workspace kernel alone).
 Cases without a peer counterpart (MTP packing) keep peer_us null.
 Direct (PFD) cases also carry staging_us (smla's dequantize_and_gather of the bf16
 workspace a two-pass user fills first) and peer_two_pass_us = staging_us + peer_us:
@@ -25,7 +25,8 @@ import re
 
 DECODE_PEER = {"V3.2": "V32"}
 PREFILL_PEER = {"V4-h64": "PF_MODEL1_C1_h64_k512", "V4-h128": "PF_MODEL1_C2_h128_k1024",
-                "V32-h128": "PF_V32_h128_k2048"}
+                "V32-h128": "PF_V32_h128_k2048", "D512-h64": "PF_D512_h64_k2048",
+                "D512-h128": "PF_D512_h128_k2048"}
 
 
 def decode_peer_case(label):

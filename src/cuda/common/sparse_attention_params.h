@@ -34,6 +34,10 @@ struct SparseAttentionParams {
   std::int64_t stride_q_t = 0;
   std::int64_t stride_q_h = 0;
   bool q_aligned_16 = false;  // base and strides allow 16-byte loads
+  // sm90 kernel: Q's head blocks by the tensor memory accelerator, through this
+  // CUtensorMap (set by the sm90 launch where the driver encodes one for Q's layout).
+  bool q_by_tensor_map = false;
+  alignas(128) std::uint8_t q_tensor_map[128] = {};
   int num_tokens = 0;         // T
   int num_heads = 0;          // h_q
   KvSourceParams source[2];

@@ -117,7 +117,9 @@ struct Sm90Layout {
   // Alternating tiles (sm90_alternating.cuh): FULL and EMPTY mbarriers per K buffer half, [kind][buffer][half],
   // then the four hand-offs between the consumers.
   static constexpr int kHalfBarriers = kConsumed + 2 * 8;
-  static constexpr int kBarriersEnd = kHalfBarriers + 12 * 8;
+  // The Q tile's tensor-map loads have landed (one arrival plus their bytes).
+  static constexpr int kQueryLoaded = kHalfBarriers + 12 * 8;
+  static constexpr int kBarriersEnd = kQueryLoaded + 8;
   // ... and the even tiles' P, which the odd tiles' warpgroup reads: for d_qk 576 in K buffer 0's RoPE
   // columns (only Q K^T reads them, and the buffer's right half is released after this P's last reader),
   // else a chunk of its own.
@@ -144,6 +146,36 @@ __device__ __forceinline__ void load_query(const SparseAttentionParams& p, int t
       [&](int row, int unit) { return q_tile + (unit / 8) * (64 * kSwizzleRowBytes) + swizzled_offset(row, unit % 8); });
   cp_async_commit();
   cp_async_wait_all();
+}
+
+// The Q tile by the tensor memory accelerator, one 64-value box per 128-byte
+// swizzled region (heads past h_q arrive as zeros): issued by one thread, waited on
+// by the consumers (stage_query). One bulk request per region keeps the whole tile
+// in flight: the consumers' 16-byte cp.async of it waited several memory latencies,
+// about a quarter of a short prefill CTA's time (ncu, docs/PERF.md).
+template <int kDim>
+__device__ __forceinline__ void request_query(const SparseAttentionParams& p, int token, int head0, std::uint8_t* smem) {
+  using Layout = Sm90Layout<kDim>;
+  const std::uint32_t loaded = smem_address(smem + Layout::kQueryLoaded);
+  mbarrier_arrive_expect_bytes(loaded, kDim / 64 * Layout::kChunkBytes);
+#pragma unroll
+  for (int region = 0; region < kDim / 64; ++region) {
+    tensor_load_3d(smem_address(smem + Layout::kQ + region * Layout::kChunkBytes), p.q_tensor_map, 64 * region, head0,
+                   token, loaded);
+  }
+}
+
+// Both consumer warpgroups: the Q tile is in shared memory and visible to wgmma.
+template <int kDim>
+__device__ __forceinline__ void stage_query(const SparseAttentionParams& p, int token, int head0, std::uint8_t* smem,
+                                            int consumer_thread) {
+  if (p.q_by_tensor_map) {
+    mbarrier_wait(smem_address(smem + Sm90Layout<kDim>::kQueryLoaded), 0);
+    return;
+  }
+  load_query<kDim>(p, token, head0, smem + Sm90Layout<kDim>::kQ, consumer_thread);
+  fence_view_async_shared();
+  named_barrier_sync(kConsumers, kConsumerThreads);
 }
 
 // O *= alpha per row of a wgmma m64n256 accumulator (this thread's two rows), before the next P V.
@@ -685,6 +717,8 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_attention_kernel(const __gri
   constexpr bool kAlternating = Loader::kCopiesRows;
   static_assert(!(kAlternating && kPair));
   if (tid == 0) {
+    if (p.q_by_tensor_map) prefetch_tensor_map(p.q_tensor_map);  // fetched while the barriers are set up
+    mbarrier_init(smem_address(smem + Layout::kQueryLoaded), 1);
     if constexpr (kAlternating) init_half_barriers<Loader::kDim>(smem);
     for (int b = 0; b < 2; ++b) {
       mbarrier_init(smem_address(smem + Layout::kConsumed + 8 * b), kConsumerThreads);
@@ -693,7 +727,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_attention_kernel(const __gri
         mbarrier_init(smem_address(smem + Layout::kPeerEmpty + 8 * b), kConsumerThreads / 32);  // the peer's consumer warps
       }
     }
-    if constexpr (kPair) fence_mbarrier_init_cluster();
+    fence_mbarrier_init_cluster();  // the barriers, before tensor loads (async proxy) complete on one
   }
   if constexpr (kPair) {
     cluster_sync();  // both CTAs' barriers exist before either uses the other's
@@ -725,10 +759,9 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_attention_kernel(const __gri
       run_producer<Loader, kPair>(p, smem, token, begin, end, n_main, num_tiles, tid - kConsumerThreads, rank);
     }
   } else if (warpgroup == 0) {
+    if (p.q_by_tensor_map && tid == 0) request_query<Loader::kDim>(p, token, head0, smem);
     set_registers<Budget::kScore>();
-    load_query<Loader::kDim>(p, token, head0, smem + Layout::kQ, tid);
-    fence_view_async_shared();
-    named_barrier_sync(kConsumers, kConsumerThreads);
+    stage_query<Loader::kDim>(p, token, head0, smem, tid);
     if constexpr (kAlternating) {
       run_alternating_consumer<Loader, false>(p, smem, token, head0, split, num_pairs, tid);
     } else {
@@ -736,9 +769,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_attention_kernel(const __gri
     }
   } else {
     set_registers<Budget::kValue>();
-    load_query<Loader::kDim>(p, token, head0, smem + Layout::kQ, tid);
-    fence_view_async_shared();
-    named_barrier_sync(kConsumers, kConsumerThreads);
+    stage_query<Loader::kDim>(p, token, head0, smem, tid);
     if constexpr (kAlternating) {
       run_alternating_consumer<Loader, true>(p, smem, token, head0, split, num_pairs, tid - 128);
     } else {

@@ -109,6 +109,20 @@ __device__ __forceinline__ void bulk_copy_to_peer(std::uint32_t peer_destination
       "r"(source), "r"(bytes), "r"(peer_barrier)
       : "memory");
 }
+// One box of a 3-D tensor map (a __grid_constant__ parameter) into this CTA's shared
+// memory at coordinates {x, y, z}, completing `bytes` on the barrier.
+__device__ __forceinline__ void tensor_load_3d(std::uint32_t destination, const void* tensor_map, int x, int y, int z,
+                                               std::uint32_t barrier) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
+      "[%5];\n" ::"r"(destination),
+      "l"(reinterpret_cast<std::uint64_t>(tensor_map)), "r"(x), "r"(y), "r"(z), "r"(barrier)
+      : "memory");
+}
+// Brings a tensor map (a __grid_constant__ parameter) into the descriptor cache ahead of its first use.
+__device__ __forceinline__ void prefetch_tensor_map(const void* tensor_map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<std::uint64_t>(tensor_map)) : "memory");
+}
 __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 // This thread's bulk copies have read their sources (the shared memory may be written again).
 __device__ __forceinline__ void bulk_wait_sources_read() {

@@ -5,12 +5,15 @@
 #include "src/cuda/common/func_attributes.h"
 #include "src/cuda/sm90/sm90_attention.h"
 #include "src/cuda/sm90/sm90_attention_kernel.cuh"
+#include "src/cuda/sm90/sm90_tensor_map.h"
 
 namespace smla::cuda::sm90 {
 
 template <class Loader>
-cudaError_t launch_sm90_attention(const SparseAttentionParams& params, dim3 grid, int smem_bytes, const LaunchFlags& flags,
-                                  cudaStream_t stream) {
+cudaError_t launch_sm90_attention(const SparseAttentionParams& caller_params, dim3 grid, int smem_bytes,
+                                  const LaunchFlags& flags, cudaStream_t stream) {
+  SparseAttentionParams params = caller_params;
+  encode_query_tensor_map(&params, Loader::kDim);
   // The two head blocks of an h_q 65..128 token run as a CTA pair that shares the
   // expansion; copied rows have none, and the plan never pairs them.
   if constexpr (!Loader::kCopiesRows) {

@@ -1,0 +1,14 @@
+// Internal: the host side of the sm90 kernel's tensor-memory-accelerator loads.
+#pragma once
+
+#include "src/cuda/common/sparse_attention_params.h"
+
+namespace smla::cuda::sm90 {
+
+// Encodes the tensor map of Q's 64-head x 64-value boxes (128-byte swizzled, the
+// layout wgmma reads; heads past h_q arrive as zeros) into p->q_tensor_map and sets
+// p->q_by_tensor_map. Leaves it unset, for the consumers' own loads, where Q's base
+// or strides are not 16-byte multiples or the driver has no encoder.
+void encode_query_tensor_map(SparseAttentionParams* p, int d_qk);
+
+}  // namespace smla::cuda::sm90
