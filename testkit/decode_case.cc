@@ -346,10 +346,11 @@ DecodeCase make_decode_case(const DecodeCaseOptions& options) {
 
   // q (head stride padded when strided; padding holds NaN so reading it shows).
   const std::int64_t d_qk = info.head_dim;
-  const std::int64_t q_head_stride = o.strided ? d_qk + kHeadPad : d_qk;
+  const std::int64_t q_head_pad = o.q_head_pad >= 0 ? o.q_head_pad : (o.strided ? kHeadPad : 0);
+  const std::int64_t q_head_stride = d_qk + q_head_pad;
   c.q_ = HostTensor::zeros(DType::kBF16, {T, H, d_qk},
                            {H * q_head_stride + (o.strided ? kTokenPad : 0), q_head_stride, 1});
-  if (o.strided) std::memset(c.q_.bytes(), 0xFF, c.q_.size_bytes());
+  if (q_head_pad > 0 || o.strided) std::memset(c.q_.bytes(), 0xFF, c.q_.size_bytes());
   detail::fill_bf16_normal(c.q_.view(), rng, o.value_scale);
 
   c.sink_ = HostTensor::zeros(DType::kF32, {H});

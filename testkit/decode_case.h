@@ -30,6 +30,9 @@ struct DecodeCaseOptions {
   bool sink = true;                   // random finite per head, some heads -inf
   bool poison_unselected = true;      // NaN in every KV byte no attended index selects
   bool strided = false;               // padded strides for q/out/lse/indices and cache pages
+  // q's head stride minus d_qk when >= 0 (its token stride follows), else kHeadPad when
+  // strided and 0 otherwise: an odd pad puts q's rows off 16 bytes.
+  std::int64_t q_head_pad = -1;
   std::uint64_t seed = 1;
   // Extensions beyond the basic case:
   double invalid_index_fraction = 0.0;  // share of attended entries replaced by out-of-range values

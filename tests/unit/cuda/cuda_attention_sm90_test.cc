@@ -122,6 +122,30 @@ TEST(CudaSm90Attention, OutputRowsOff16Bytes) {
   }
 }
 
+// Q reaches the sm90 kernel by the tensor memory accelerator where its base and
+// strides are 16-byte multiples (pad 8: rows 16 bytes apart beyond d_qk, heads past
+// h_q filled with zeros by the copy) and by the consumers' own loads otherwise
+// (pad 1: rows off 16 bytes). The NaN padding shows any read past a row.
+TEST(CudaSm90Attention, QueryRowsByTensorMapAndOff16Bytes) {
+  SKIP_WITHOUT_DEVICE();
+  for (std::int64_t pad : {8, 1}) {
+    for (KvFormat format : {KvFormat::kV4Fp8, KvFormat::kV32Fp8}) {
+      testkit::DecodeCaseOptions o = long_v4_case();
+      o.format = format;
+      o.num_heads = 100;
+      o.q_head_pad = pad;
+      o.random_lengths = true;
+      if (format == KvFormat::kV32Fp8) {
+        o.extra_topk = 0;
+        o.main_topk = 300;
+        o.main_page_size = 64;
+      }
+      o.seed = static_cast<std::uint64_t>(pad);
+      expect_decode_matches(o, "q head pad " + std::to_string(pad) + ", " + std::string(kv_format_name(format)));
+    }
+  }
+}
+
 TEST(CudaSm90Attention, FlatPrefillBothHeadDims) {
   SKIP_WITHOUT_DEVICE();
   testkit::PrefillCaseOptions o;
