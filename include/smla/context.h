@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -53,6 +54,15 @@ struct TuningOptions {
   // sm90 kernel: a token's head blocks start together (token-major block
   // order). SMLA_SM90_BLOCK_ORDER=grid keeps the launch order.
   bool sm90_token_major = true;
+  // sm90 kernel, V4 / V3.2 FP8 caches: expand the rows a call names once into
+  // a bf16 staging buffer in the workspace and read them as the flat prefill
+  // workspace is read (auto: prefill-sized grids, more than four waves of CTAs
+  // and no key splits). SMLA_SM90_STAGE=on|off.
+  Switch sm90_stage_rows = Switch::kAuto;
+  // Rows the staging buffer holds, at most (-1: 256 MiB of bf16 rows). A call
+  // naming more distinct rows runs the direct kernel instead, decided on the
+  // device. SMLA_SM90_STAGING_ROWS (a positive integer).
+  std::int64_t sm90_staging_rows = -1;
   // cpu backend: threads an op runs on, the calling thread included; 0 = one
   // per CPU this process may run on. Results never depend on it.
   // SMLA_NUM_THREADS (a positive integer).

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string_view>
 #include <tuple>
 
@@ -97,6 +98,11 @@ int tile_rows_for(std::int64_t rows) { return rows <= 16 ? 16 : (rows <= 32 ? 32
 // 12% to the extra requests. TuningOptions::sm90_prefetch overrides (A/B runs).
 constexpr std::int64_t kPrefetchMaxWaves = 4;
 
+// Staging FP8 rows pays on prefill-sized grids: the same rows are read by many
+// CTAs, and its passes cost a few launches (docs/PERF.md).
+constexpr std::int64_t kStageMinWaves = kPrefetchMaxWaves;
+constexpr std::int64_t kDefaultStagingBytes = std::int64_t{256} << 20;
+
 bool prefetch_rows_wanted(std::int64_t ctas, std::int64_t slots, TuningOptions::Switch setting) {
   if (setting == TuningOptions::Switch::kOn) return true;
   if (setting == TuningOptions::Switch::kOff) return false;
@@ -170,6 +176,50 @@ std::size_t planned_workspace_bytes(const AttentionPlan& plan, const AttentionSh
   return bytes;
 }
 
+// The tiled FP8 format (V4, V3.2) a row source reads, if it reads one.
+std::optional<KvFormat> tiled_fp8_format(LoaderKind kind) {
+  if (static_cast<int>(kind) >= KvFormats::kSize) return std::nullopt;
+  const auto format = static_cast<KvFormat>(kind);
+  if (kv_format_info(format).layout != KvRowLayout::kTiledNopeRope) return std::nullopt;
+  return format;
+}
+
+std::int64_t total_slots(const SparseAttentionParams& params) {
+  return params.source[0].num_slots + (params.num_sources > 1 ? params.source[1].num_slots : 0);
+}
+
+// Attaches staged FP8 rows (src/cuda/staged_rows.h) to the sm90 plan `direct`
+// when the tuning and the shape ask for them. prefill_sized: more than a few
+// waves of unsplit CTAs.
+Status plan_staging(const AttentionShape& shape, const DeviceProperties& device, const TuningOptions& tuning,
+                    Occupancy occupancy, bool prefill_sized, AttentionPlan* direct) {
+  const auto format = tiled_fp8_format(shape.kind);
+  const auto setting = tuning.sm90_stage_rows;
+  if (!format || setting == TuningOptions::Switch::kOff || shape.num_keys > INT32_MAX) return Status::Ok();
+  const int head_dim = kv_format_info(*format).head_dim;
+  AttentionShape copied = shape;
+  copied.kind = flat_bf16_loader_kind(head_dim);
+  auto copying = plan_attention(KernelFamily::kSm90, copied, device, tuning, occupancy);
+  if (!copying) return copying.status();
+  const std::int64_t max_rows = tuning.sm90_staging_rows > 0
+                                    ? tuning.sm90_staging_rows
+                                    : kDefaultStagingBytes / (head_dim * static_cast<std::int64_t>(sizeof(std::uint16_t)));
+  StagedRowsPlan staged{*copying, *format,
+                        staging_layout(shape.num_tokens, static_cast<int>(shape.num_keys), head_dim, max_rows)};
+  staged.gated = shape.num_tokens * shape.num_keys > staged.layout.capacity_rows;
+  // A gated call has one combine for whichever grid ran: both must split alike.
+  if (staged.gated && copying->num_splits != direct->num_splits) return Status::Ok();
+  if (setting == TuningOptions::Switch::kAuto && !(prefill_sized && copying->num_splits == 1)) return Status::Ok();
+  direct->workspace_bytes = std::max(direct->workspace_bytes, copying->workspace_bytes) + staged.layout.bytes();
+  direct->staged = std::make_shared<const StagedRowsPlan>(std::move(staged));
+  return Status::Ok();
+}
+
+// The partials' share of a staged plan's workspace; the staging buffers follow it.
+std::size_t partials_bytes(const AttentionPlan& plan) {
+  return plan.workspace_bytes - (plan.staged ? plan.staged->layout.bytes() : 0);
+}
+
 }  // namespace
 
 bool sm90_tiles_preferred(const AttentionShape& shape, const DeviceProperties& device, const TuningOptions& tuning) {
@@ -215,9 +265,16 @@ Expected<AttentionPlan> plan_attention(KernelFamily family, const AttentionShape
   plan.prefetch_rows = prefetch_rows_wanted(blocks * plan.num_splits, slots, tuning.sm90_prefetch);
   plan.chain_combine = plan.num_splits > 1 && device.compute_capability >= 90;
   plan.workspace_bytes = planned_workspace_bytes(plan, shape);
+  if (family == KernelFamily::kSm90) {
+    const bool prefill_sized = plan.num_splits == 1 && blocks > kStageMinWaves * slots;
+    SMLA_RETURN_IF_ERROR(plan_staging(shape, device, tuning, occupancy, prefill_sized, &plan));
+  }
   return plan;
 }
 
+namespace {
+
+// Points the split partials and the packed union of `params` into `workspace`.
 void assign_workspace(const AttentionPlan& plan, void* workspace, SparseAttentionParams* params) {
   params->num_splits = plan.num_splits;
   params->kv_stages = plan.kv_stages;
@@ -240,22 +297,61 @@ void assign_workspace(const AttentionPlan& plan, void* workspace, SparseAttentio
   }
 }
 
-Status launch_planned_attention(const AttentionPlan& plan, SparseAttentionParams params, cudaStream_t stream) {
-  if (params.num_tokens == 0 || params.num_heads == 0) return Status::Ok();
-  cudaError_t error = cudaSuccess;
-  if (plan.pack_tokens > 1) {
-    error = launch_pack_union(params, stream);
-    if (error != cudaSuccess) return cuda_failure("pack prepass launch", error);
-  }
+Status launch_grid(const AttentionPlan& plan, const SparseAttentionParams& params, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(params.num_tokens / plan.pack_tokens), static_cast<unsigned>(plan.head_blocks),
                   static_cast<unsigned>(plan.num_splits));
-  error = plan.variant.launch(params, grid, plan.smem_bytes, plan.flags, stream);
+  const cudaError_t error = plan.variant.launch(params, grid, plan.smem_bytes, plan.flags, stream);
   if (error != cudaSuccess) return cuda_failure("attention kernel launch", error);
-  if (plan.num_splits > 1) {
-    error = launch_split_combine(params, plan.chain_combine, stream);
-    if (error != cudaSuccess) return cuda_failure("split combine launch", error);
-  }
   return Status::Ok();
+}
+
+Status launch_combine(const AttentionPlan& plan, const SparseAttentionParams& params, cudaStream_t stream) {
+  if (plan.num_splits <= 1) return Status::Ok();
+  const cudaError_t error = launch_split_combine(params, plan.chain_combine, stream);
+  if (error != cudaSuccess) return cuda_failure("split combine launch", error);
+  return Status::Ok();
+}
+
+// The staging passes, the copying kernel over the staged rows and, when the call
+// may not fit them, the direct kernel behind it (each gated on the staging's verdict).
+Status launch_staged(const AttentionPlan& plan, const SparseAttentionParams& direct, void* workspace,
+                     cudaStream_t stream) {
+  const StagedRowsPlan& staged = *plan.staged;
+  const StagingBuffers buffers = staging_buffers(staged.layout, static_cast<std::uint8_t*>(workspace) + partials_bytes(plan));
+  cudaError_t error = launch_row_staging(staged.format, direct, staged.layout, buffers, stream);
+  if (error != cudaSuccess) return cuda_failure("row staging launch", error);
+  SparseAttentionParams copying = direct;
+  assign_workspace(staged.copying, workspace, &copying);
+  copying.source[0] = staged_source(staged.layout, buffers);
+  copying.num_sources = 1;
+  // Fewer slots in the caches than staging rows: every call fits.
+  const bool gated = staged.gated && total_slots(direct) > staged.layout.capacity_rows;
+  if (gated) {
+    copying.run_gate = buffers.counters + kGate;
+    copying.run_gate_value = 0;
+  }
+  SMLA_RETURN_IF_ERROR(launch_grid(staged.copying, copying, stream));
+  if (!gated) return launch_combine(staged.copying, copying, stream);
+  SparseAttentionParams fallback = direct;
+  fallback.run_gate = buffers.counters + kGate;
+  fallback.run_gate_value = 1;
+  SMLA_RETURN_IF_ERROR(launch_grid(plan, fallback, stream));
+  return launch_combine(plan, fallback, stream);
+}
+
+}  // namespace
+
+Status launch_planned_attention(const AttentionPlan& plan, SparseAttentionParams params, void* workspace,
+                                cudaStream_t stream) {
+  if (params.num_tokens == 0 || params.num_heads == 0) return Status::Ok();
+  assign_workspace(plan, workspace, &params);
+  if (plan.staged) return launch_staged(plan, params, workspace, stream);
+  if (plan.pack_tokens > 1) {
+    const cudaError_t error = launch_pack_union(params, stream);
+    if (error != cudaSuccess) return cuda_failure("pack prepass launch", error);
+  }
+  SMLA_RETURN_IF_ERROR(launch_grid(plan, params, stream));
+  return launch_combine(plan, params, stream);
 }
 
 }  // namespace smla::cuda

@@ -4,15 +4,19 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 #include "smla/context.h"
 #include "smla/status.h"
 #include "src/cuda/sparse_attention_launch.h"
+#include "src/cuda/staged_rows.h"
 
 namespace smla::cuda {
 
 // The two kernel families, each a registry row (src/cuda/cuda_attention.cc).
 enum class KernelFamily { kPortable, kSm90 };
+
+struct StagedRowsPlan;
 
 struct AttentionPlan {
   AttentionVariant variant;
@@ -29,6 +33,19 @@ struct AttentionPlan {
   // grid, so its launch overlaps the attention tail (it waits for the results).
   bool chain_combine = false;
   std::size_t workspace_bytes = 0;
+  // sm90, FP8 rows of a prefill-sized call: expanded once into a staging buffer and
+  // read by the copying kernel (src/cuda/staged_rows.h); nullptr: the kernel above
+  // reads the FP8 pages directly.
+  std::shared_ptr<const StagedRowsPlan> staged;
+};
+
+struct StagedRowsPlan {
+  AttentionPlan copying;  // the copying kernel over the staged rows
+  KvFormat format = KvFormat::kV4Fp8;  // of the cache rows staged
+  StagingLayout layout;
+  // The call may name more distinct rows than the layout holds: the direct kernel
+  // is launched behind the copying one, and the staging's gate word lets one of them work.
+  bool gated = false;
 };
 
 // One attention call's shapes. num_keys = main width + extra width (the most
@@ -77,10 +94,9 @@ int choose_pack_tokens(std::int64_t num_heads, std::int64_t num_keys, std::int64
 // The rule TuningOptions::pack_max_rows asks for (-1: the tuned default).
 PackRule pack_rule(const TuningOptions& tuning);
 
-// Points the split partials and the packed union of `params` into `workspace` (plan.workspace_bytes long).
-void assign_workspace(const AttentionPlan& plan, void* workspace, SparseAttentionParams* params);
-
-// Enqueues the pack prepass when packed, the attention kernel and, when split, the combine.
-Status launch_planned_attention(const AttentionPlan& plan, SparseAttentionParams params, cudaStream_t stream);
+// Enqueues, on `workspace` (plan.workspace_bytes long): the pack prepass when packed,
+// the staging passes when staged, the attention kernel(s) and, when split, the combine.
+Status launch_planned_attention(const AttentionPlan& plan, SparseAttentionParams params, void* workspace,
+                                cudaStream_t stream);
 
 }  // namespace smla::cuda

@@ -136,6 +136,12 @@ std::string plan_description(const PlanState& state) {
                                  plan.smem_bytes);
   if (plan.pack_tokens > 1) text += fmt::format(", {} tokens packed per CTA", plan.pack_tokens);
   if (plan.prefetch_rows) text += ", L2 prefetch";
+  if (plan.staged) {
+    text += fmt::format(", FP8 rows staged as bf16 (up to {} rows{}) for {}-row tiles x {} head blocks, {} splits",
+                        plan.staged->layout.capacity_rows, plan.staged->gated ? ", the direct kernel behind" : "",
+                        plan.staged->copying.variant.rows, plan.staged->copying.head_blocks,
+                        plan.staged->copying.num_splits);
+  }
   return text + fmt::format(", {} B scratch", plan.workspace_bytes);
 }
 
@@ -153,8 +159,7 @@ Expected<PlanState> plan_family(const Context& context, const Problem& problem) 
 
 Status launch(const Context& context, const PlanState& state, SparseAttentionParams params, void* scratch) {
   const auto& plan = *static_cast<const AttentionPlan*>(state.data.get());
-  cuda::assign_workspace(plan, scratch, &params);
-  return cuda::launch_planned_attention(plan, params, static_cast<cudaStream_t>(context.stream()));
+  return cuda::launch_planned_attention(plan, params, scratch, static_cast<cudaStream_t>(context.stream()));
 }
 
 Status run_decode(const Context& context, const PlanState& state, const SparseDecodeArgs& args,

@@ -80,6 +80,14 @@ Expected<TuningOptions> TuningOptions::from_environment() {
   auto pair = read_switch("SMLA_SM90_PAIR", Switch::kOn);
   if (!pair) return pair.status();
   options.sm90_pair_head_blocks = *pair != Switch::kOff;
+  auto stage = read_switch("SMLA_SM90_STAGE", Switch::kAuto);
+  if (!stage) return stage.status();
+  options.sm90_stage_rows = *stage;
+  if (const char* rows = std::getenv("SMLA_SM90_STAGING_ROWS"); rows != nullptr && *rows != '\0') {
+    auto count = positive_int(rows);
+    if (!count) return bad_variable("SMLA_SM90_STAGING_ROWS", "a positive integer (rows of the staging buffer)", rows);
+    options.sm90_staging_rows = *count;
+  }
   if (const char* order = std::getenv("SMLA_SM90_BLOCK_ORDER"); order != nullptr && *order != '\0') {
     const std::string_view text(order);
     if (text != "grid" && text != "token") return bad_variable("SMLA_SM90_BLOCK_ORDER", "grid or token", text);

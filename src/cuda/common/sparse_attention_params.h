@@ -81,6 +81,12 @@ struct SparseAttentionParams {
   int pack_capacity = 0;                     // union entries per group: pack_tokens * (main + extra width)
   std::uint32_t* pack_keys = nullptr;  // [T / pack_tokens, pack_capacity][2]: source << 31 | slot, mask
   int* pack_counts = nullptr;  // [T / pack_tokens] union entries in use
+
+  // sm90 kernel, staged FP8 rows (src/cuda/staged_rows.h): when set, the grid does
+  // its work only if *run_gate == run_gate_value, a word the staging passes write
+  // on the device (0: the rows fit the staging buffer; 1: they did not).
+  const std::uint32_t* run_gate = nullptr;
+  std::uint32_t run_gate_value = 0;
 };
 
 inline constexpr int kMaxPackTokens = 16;      // token masks share a 32-bit word with the source and load bits

@@ -696,6 +696,8 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_attention_kernel(const __gri
   static_assert(!(kPair && kTokenMajor), "a pair's CTAs start together anyway");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   allow_dependent_launch();
+  // Staged FP8 rows: of the copying grid and the direct one, only the one the staging chose works.
+  if (p.run_gate != nullptr && *p.run_gate != p.run_gate_value) return;
   using Layout = Sm90Layout<Loader::kDim>;
   extern __shared__ __align__(16) std::uint8_t smem_raw[];
   const std::uint32_t raw_address = smem_address(smem_raw);

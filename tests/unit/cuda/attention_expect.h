@@ -65,12 +65,26 @@ inline std::vector<KernelChoice> kernel_choices(Op op, std::int64_t heads) {
     TuningOptions tuning;
     tuning.implementation = std::string(implementation.name);
     choices.push_back({tuning.implementation, tuning});
-    if (implementation.name == "cuda.sm90" && heads > 64 && heads <= 128) {
+    if (implementation.name != "cuda.sm90") continue;
+    if (op == Op::kSparseDecode) {  // V4 / V3.2 rows staged as bf16 (other formats run as they are)
+      TuningOptions staged = tuning;
+      staged.sm90_stage_rows = TuningOptions::Switch::kOn;
+      choices.push_back({"cuda.sm90 with FP8 rows staged", staged});
+    }
+    if (heads > 64 && heads <= 128) {
       tuning.sm90_pair_head_blocks = false;
       choices.push_back({"cuda.sm90 without CTA pairs", tuning});
     }
   }
   return choices;
+}
+
+// Whether the registry's cuda.sm90 row runs on this device.
+inline bool sm90_kernel_runs() {
+  for (const KernelChoice& choice : kernel_choices(Op::kSparseDecode, 64)) {
+    if (choice.tuning.implementation == "cuda.sm90") return true;
+  }
+  return false;
 }
 
 // The output tensor of case `c`, or one whose rows are `head_stride` values apart
@@ -82,14 +96,16 @@ inline testkit::HostTensor output_like(const testkit::DecodeCase& c, std::int64_
                                     {v.shape[1] * head_stride, head_stride, 1});
 }
 
+// Runs case `options` on each of `choices` (default: kernel_choices) against the reference.
 inline void expect_decode_matches(testkit::DecodeCaseOptions options, const std::string& what,
-                                  std::int64_t out_head_stride = 0) {
+                                  std::int64_t out_head_stride = 0, std::vector<KernelChoice> choices = {}) {
+  if (choices.empty()) choices = kernel_choices(Op::kSparseDecode, options.num_heads);
   options.seed = testing::test_seed() + options.seed;
   SMLA_SEED_TRACE(options.seed);
   SCOPED_TRACE(what);
   testkit::DecodeCase c = testkit::make_decode_case(options);
   ASSERT_TRUE(testing::IsOk(sparse_decode(c.args(), Backend::kReference)));
-  for (const KernelChoice& choice : kernel_choices(Op::kSparseDecode, options.num_heads)) {
+  for (const KernelChoice& choice : choices) {
     SCOPED_TRACE(choice.label);
     testkit::HostTensor got_out = output_like(c, out_head_stride);
     testkit::HostTensor got_lse = c.make_lse();
@@ -139,13 +155,14 @@ inline void expect_prefill_matches(testkit::PrefillCaseOptions options, const st
 // reference on the new lengths. Nothing was planned from the values on the host,
 // so the replay must follow them.
 inline void expect_graph_replay_follows_new_lengths(testkit::DecodeCase& c, std::int64_t queries_per_request,
-                                                    const std::function<void(SparseDecodeArgs&)>& shrink_lengths) {
+                                                    const std::function<void(SparseDecodeArgs&)>& shrink_lengths,
+                                                    const TuningOptions& tuning = {}) {
   testkit::HostTensor got_out = c.make_out();
   testkit::HostTensor got_lse = c.make_lse();
   SparseDecodeArgs captured_args = c.args_with_outputs(got_out.view(), got_lse.view());
   captured_args.queries_per_request = queries_per_request;
   DeviceDecodeArgs device(captured_args);
-  Context context = cuda_context();
+  Context context = cuda_context(tuning);
   auto plan = plan_sparse_decode(context, device.args);
   ASSERT_TRUE(testing::IsOk(plan.status()));
   DeviceBuffer workspace(plan->workspace_bytes());

@@ -7,9 +7,12 @@
 // an H100. On other devices only the portable kernel runs (a note says so).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <functional>
+#include <set>
 #include <string>
+#include <utility>
 
 #include "tests/unit/cuda/attention_expect.h"
 
@@ -18,6 +21,7 @@ namespace {
 
 using cudatest::expect_decode_matches;
 using cudatest::expect_prefill_matches;
+using cudatest::KernelChoice;
 
 testkit::DecodeCaseOptions long_v4_case() {
   testkit::DecodeCaseOptions o;
@@ -201,6 +205,101 @@ TEST(CudaSm90Attention, AlternatingTilesEdges) {
     o.seed = static_cast<std::uint64_t>(page_size);
     expect_decode_matches(o, "bf16 rows, pages of " + std::to_string(page_size));
   }
+}
+
+// The rows a case attends, each counted once: (source, slot) within a token's
+// length and inside its cache. Counted here from the host arguments, not by the code under test.
+std::int64_t distinct_attended_rows(testkit::DecodeCase& c) {
+  const SparseDecodeArgs args = c.args();
+  std::set<std::pair<int, std::int32_t>> rows;
+  auto add = [&](int source, const TensorView& indices, const TensorView& lengths, std::int64_t num_slots) {
+    for (std::int64_t t = 0; t < indices.shape[0]; ++t) {
+      std::int64_t n = indices.shape[1];
+      if (lengths.present()) n = std::clamp<std::int64_t>(*lengths.ptr_at<std::int32_t>({t}), 0, n);
+      for (std::int64_t j = 0; j < n; ++j) {
+        const std::int32_t slot = *indices.ptr_at<std::int32_t>({t, j});
+        if (slot >= 0 && slot < num_slots) rows.insert({source, slot});
+      }
+    }
+  };
+  add(0, args.main_indices, args.main_lengths, args.main_cache.num_slots());
+  if (args.extra_cache.has_value()) add(1, args.extra_indices, args.extra_lengths, args.extra_cache->num_slots());
+  return static_cast<std::int64_t>(rows.size());
+}
+
+KernelChoice staged_choice(std::int64_t staging_rows) {
+  TuningOptions tuning;
+  tuning.implementation = "cuda.sm90";
+  tuning.sm90_stage_rows = TuningOptions::Switch::kOn;
+  tuning.sm90_staging_rows = staging_rows;
+  return {"cuda.sm90, staging buffer of " + std::to_string(staging_rows) + " rows", tuning};
+}
+
+// Staged FP8 rows at the edge of the staging buffer: a call naming one row more
+// than the buffer holds runs the direct kernel (the gate, decided on the device),
+// one that fits runs the copying kernel over the staged rows; both match the
+// reference. Two sources with odd pages, invalid and out-of-range indices, random
+// lengths and strided views (V4), and V3.2's one source.
+TEST(CudaSm90Attention, StagedRowsAtTheBufferEdge) {
+  SKIP_WITHOUT_DEVICE();
+  if (!cudatest::sm90_kernel_runs()) GTEST_SKIP() << "cuda.sm90 does not run on this device";
+  for (KvFormat format : {KvFormat::kV4Fp8, KvFormat::kV32Fp8}) {
+    testkit::DecodeCaseOptions o = long_v4_case();
+    o.format = format;
+    o.num_heads = 100;
+    o.num_requests = 3;
+    o.random_lengths = true;
+    o.invalid_index_fraction = 0.25;
+    o.main_page_size = 37;
+    o.extra_page_size = 3;
+    o.strided = format == KvFormat::kV4Fp8;
+    if (format == KvFormat::kV32Fp8) {
+      o.extra_topk = 0;
+      o.main_topk = 700;
+      o.main_context = 1500;
+    }
+    testkit::DecodeCaseOptions seeded = o;
+    seeded.seed = testing::test_seed() + o.seed;
+    testkit::DecodeCase c = testkit::make_decode_case(seeded);
+    const std::int64_t distinct = distinct_attended_rows(c);
+    ASSERT_GT(distinct, 2);
+    {  // the plan stages, with the direct kernel behind when the buffer is short
+      cudatest::DeviceDecodeArgs device(c.args());
+      auto plan = plan_sparse_decode(cudatest::cuda_context(staged_choice(distinct).tuning), device.args);
+      ASSERT_TRUE(testing::IsOk(plan.status()));
+      EXPECT_NE(plan->describe().find("staged as bf16"), std::string::npos) << plan->describe();
+      EXPECT_NE(plan->describe().find("direct kernel behind"), std::string::npos) << plan->describe();
+    }
+    for (std::int64_t rows : {std::int64_t{1}, distinct - 1, distinct, distinct + 1}) {
+      const KernelChoice choice = staged_choice(rows);
+      expect_decode_matches(o, std::string(kv_format_name(format)) + ", " + std::to_string(distinct) + " distinct rows",
+                            0, {choice});
+    }
+  }
+}
+
+// A staged call captured in a CUDA graph, gated (the caches hold more slots than
+// the buffer has rows), replayed after the lengths change on the device: the
+// staging passes and the gate follow the new values.
+TEST(CudaSm90Attention, StagedRowsGraphReplayFollowsNewLengths) {
+  SKIP_WITHOUT_DEVICE();
+  if (!cudatest::sm90_kernel_runs()) GTEST_SKIP() << "cuda.sm90 does not run on this device";
+  testkit::DecodeCaseOptions o = long_v4_case();
+  o.num_heads = 128;
+  o.random_lengths = true;
+  o.seed = testing::test_seed();
+  SMLA_SEED_TRACE(o.seed);
+  testkit::DecodeCase c = testkit::make_decode_case(o);
+  const std::int64_t distinct = distinct_attended_rows(c);
+  cudatest::expect_graph_replay_follows_new_lengths(
+      c, 1,
+      [](SparseDecodeArgs& host) {
+        for (std::int64_t t = 0; t < host.q.shape[0]; ++t) {  // half the old lengths
+          *host.main_lengths.ptr_at<std::int32_t>({t}) /= 2;
+          *host.extra_lengths.ptr_at<std::int32_t>({t}) /= 2;
+        }
+      },
+      staged_choice(distinct).tuning);
 }
 
 }  // namespace

@@ -1,0 +1,248 @@
+// The staging passes of src/cuda/staged_rows.h. The hash set is open
+// addressing over 32-bit keys (source << 31 | slot; slots are below 2^31 - 1, so
+// the all-ones word is free to mean "empty"), at most half full when the call
+// fits, so a lookup takes about one probe. Staging rows are numbered by a
+// warp-aggregated counter: their order varies from run to run, which changes
+// where a row is staged, never its bytes or the order a token reads its keys.
+#include "src/cuda/staged_rows.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "smla/numeric.h"
+#include "src/core/kv_rows.h"
+#include "src/cuda/sm80/sparse_attention_kernel.cuh"
+
+namespace smla::cuda {
+namespace {
+
+constexpr std::size_t kAlign = 256;
+constexpr std::uint32_t kEmptyKey = 0xFFFFFFFFu;
+constexpr int kThreads = 256;
+constexpr int kCounterWords = 4;
+
+std::size_t align_up(std::size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
+
+std::uint32_t next_pow2(std::uint64_t n) {
+  std::uint64_t p = 1;
+  while (p < n) p <<= 1;
+  return static_cast<std::uint32_t>(p);
+}
+
+__device__ __forceinline__ std::uint32_t first_cell(std::uint32_t key, std::uint32_t cells) {
+  std::uint32_t h = key * 0x9E3779B1u;
+  h ^= h >> 15;
+  return h & (cells - 1);
+}
+
+__device__ __forceinline__ std::uint32_t key_of(int source, std::int32_t slot) {
+  return static_cast<std::uint32_t>(source) << 31 | static_cast<std::uint32_t>(slot);
+}
+
+// The slot of entry j of the token's list of `src`, or -1 where the kernel reads nothing.
+__device__ __forceinline__ std::int32_t attended_slot(const KvSourceParams& src, int token, int j) {
+  const std::int32_t slot = src.indices[static_cast<std::int64_t>(token) * src.stride_indices_t + j];
+  return slot >= 0 && slot < src.num_slots ? slot : -1;
+}
+
+struct StagingKernelParams {
+  SparseAttentionParams direct;
+  StagingLayout layout;
+  StagingBuffers buffers;
+};
+
+// Block (token, source): every attended key of the token's list goes into the set.
+__global__ void __launch_bounds__(kThreads) mark_keys_kernel(const __grid_constant__ StagingKernelParams p) {
+  const int token = static_cast<int>(blockIdx.x);
+  const int source = static_cast<int>(blockIdx.y);
+  const KvSourceParams& src = key_source(p.direct, source);
+  const int n = clamped_length(src, token);
+  const std::uint32_t cells = p.layout.table_cells;
+  for (int j = static_cast<int>(threadIdx.x); j < n; j += kThreads) {
+    const std::int32_t slot = attended_slot(src, token, j);
+    if (slot < 0) continue;
+    const std::uint32_t key = key_of(source, slot);
+    std::uint32_t cell = first_cell(key, cells);
+    bool placed = false;
+    for (std::uint32_t probe = 0; probe < cells && !placed; ++probe, cell = (cell + 1) & (cells - 1)) {
+      std::uint32_t seen = p.buffers.cell_keys[cell];
+      if (seen == kEmptyKey) seen = atomicCAS(&p.buffers.cell_keys[cell], kEmptyKey, key);
+      placed = seen == kEmptyKey || seen == key;
+    }
+    if (!placed) atomicExch(&p.buffers.counters[kTableFull], 1u);
+  }
+}
+
+// Numbers every occupied cell: its key's staging row, and the row's key.
+__global__ void __launch_bounds__(kThreads) number_keys_kernel(const __grid_constant__ StagingKernelParams p) {
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const std::uint32_t cells = p.layout.table_cells;
+  const std::uint32_t stride = gridDim.x * kThreads;
+  for (std::uint32_t warp_first = blockIdx.x * kThreads + threadIdx.x - lane; warp_first < cells;
+       warp_first += stride) {
+    const std::uint32_t cell = warp_first + lane;
+    const std::uint32_t key = cell < cells ? p.buffers.cell_keys[cell] : kEmptyKey;
+    const bool occupied = key != kEmptyKey;
+    const unsigned mask = __ballot_sync(0xFFFFFFFFu, occupied);
+    if (mask == 0) continue;
+    std::uint32_t first = 0;
+    if (lane == 0) first = atomicAdd(&p.buffers.counters[kStagedRows], static_cast<std::uint32_t>(__popc(mask)));
+    first = __shfl_sync(0xFFFFFFFFu, first, 0);
+    if (!occupied) continue;
+    const std::uint32_t row = first + static_cast<std::uint32_t>(__popc(mask & ((1u << lane) - 1u)));
+    p.buffers.cell_rows[cell] = row;
+    if (row < p.layout.capacity_rows) p.buffers.row_keys[row] = key;
+  }
+}
+
+__device__ __forceinline__ bool over_capacity(const StagingKernelParams& p) {
+  return p.buffers.counters[kStagedRows] > p.layout.capacity_rows || p.buffers.counters[kTableFull] != 0;
+}
+
+// A thread per 8 values of a staged row, decoded by the codec's rule (the bf16 the direct kernel expands to).
+template <class Format>
+__global__ void __launch_bounds__(kThreads) expand_rows_kernel(const __grid_constant__ StagingKernelParams p) {
+  if (over_capacity(p)) return;
+  constexpr int kUnits = Format::kHeadDim / detail::kDecodeUnit;
+  const std::uint64_t items = static_cast<std::uint64_t>(p.buffers.counters[kStagedRows]) * kUnits;
+  for (std::uint64_t item = blockIdx.x * kThreads + threadIdx.x; item < items;
+       item += static_cast<std::uint64_t>(gridDim.x) * kThreads) {
+    const std::uint32_t row = static_cast<std::uint32_t>(item / kUnits);
+    const int unit = static_cast<int>(item % kUnits);
+    const std::uint32_t key = p.buffers.row_keys[row];
+    const KvSourceParams& src = key_source(p.direct, static_cast<int>(key >> 31));
+    const std::int64_t slot = key & 0x7FFFFFFFu;
+    const std::int64_t page = slot / src.page_size;
+    float values[detail::kDecodeUnit];
+    detail::decode_unit<Format>(src.pages + page * src.page_stride_bytes, src.page_size, slot - page * src.page_size,
+                                src.fp8_scale, unit, values);
+    std::uint16_t bits[detail::kDecodeUnit];
+    for (int d = 0; d < detail::kDecodeUnit; ++d) bits[d] = f32_to_bf16(values[d]);
+    uint4 packed;
+    std::memcpy(&packed, bits, sizeof(packed));
+    *reinterpret_cast<uint4*>(p.buffers.rows + static_cast<std::int64_t>(row) * Format::kHeadDim +
+                              unit * detail::kDecodeUnit) = packed;
+  }
+}
+
+__device__ __forceinline__ std::int32_t staged_row(const StagingKernelParams& p, std::uint32_t key) {
+  const std::uint32_t cells = p.layout.table_cells;
+  std::uint32_t cell = first_cell(key, cells);
+  for (std::uint32_t probe = 0; probe < cells; ++probe, cell = (cell + 1) & (cells - 1)) {
+    const std::uint32_t seen = p.buffers.cell_keys[cell];
+    if (seen == key) return static_cast<std::int32_t>(p.buffers.cell_rows[cell]);
+    if (seen == kEmptyKey) break;
+  }
+  return -1;  // only when the set filled up, and then the direct kernel runs instead
+}
+
+// Block = token: its main then extra entries as one list of staging rows. Block 0 also sets the gate.
+__global__ void __launch_bounds__(kThreads) rewrite_indices_kernel(const __grid_constant__ StagingKernelParams p) {
+  const int token = static_cast<int>(blockIdx.x);
+  const bool overflow = over_capacity(p);
+  if (token == 0 && threadIdx.x == 0) p.buffers.counters[kGate] = overflow ? 1u : 0u;
+  if (overflow) return;
+  const int n_main = clamped_length(p.direct.source[0], token);
+  const int n_keys = n_main + (p.direct.num_sources > 1 ? clamped_length(p.direct.source[1], token) : 0);
+  if (threadIdx.x == 0) p.buffers.lengths[token] = n_keys;
+  std::int32_t* out = p.buffers.indices + static_cast<std::int64_t>(token) * p.layout.width;
+  for (int j = static_cast<int>(threadIdx.x); j < n_keys; j += kThreads) {
+    const int source = j < n_main ? 0 : 1;
+    const std::int32_t slot = attended_slot(key_source(p.direct, source), token, source == 0 ? j : j - n_main);
+    out[j] = slot < 0 ? -1 : staged_row(p, key_of(source, slot));
+  }
+}
+
+template <class Format>
+cudaError_t launch_expand(const StagingKernelParams& params, unsigned blocks, cudaStream_t stream) {
+  expand_rows_kernel<Format><<<blocks, kThreads, 0, stream>>>(params);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+std::size_t StagingLayout::bytes() const {
+  return align_up(kCounterWords * sizeof(std::uint32_t)) + 2 * align_up(std::size_t{table_cells} * sizeof(std::uint32_t)) +
+         align_up(std::size_t{capacity_rows} * sizeof(std::uint32_t)) +
+         align_up(std::size_t{capacity_rows} * static_cast<std::size_t>(head_dim) * sizeof(std::uint16_t)) +
+         align_up(static_cast<std::size_t>(num_tokens) * static_cast<std::size_t>(width) * sizeof(std::int32_t)) +
+         align_up(static_cast<std::size_t>(num_tokens) * sizeof(std::int32_t));
+}
+
+StagingLayout staging_layout(std::int64_t num_tokens, int width, int head_dim, std::int64_t max_rows) {
+  StagingLayout layout;
+  layout.num_tokens = num_tokens;
+  layout.width = width;
+  layout.head_dim = head_dim;
+  // Slots are int32, so no call names more than 2^31 rows; the set keeps twice that in cells.
+  const std::int64_t rows = std::clamp<std::int64_t>(std::min(num_tokens * width, max_rows), 1, std::int64_t{1} << 30);
+  layout.capacity_rows = static_cast<std::uint32_t>(rows);
+  layout.table_cells = next_pow2(2 * static_cast<std::uint64_t>(rows));
+  return layout;
+}
+
+StagingBuffers staging_buffers(const StagingLayout& layout, void* workspace) {
+  auto* base = static_cast<std::uint8_t*>(workspace);
+  auto take = [&base](std::size_t bytes) {
+    std::uint8_t* at = base;
+    base += align_up(bytes);
+    return at;
+  };
+  StagingBuffers b;
+  b.counters = reinterpret_cast<std::uint32_t*>(take(kCounterWords * sizeof(std::uint32_t)));
+  b.cell_keys = reinterpret_cast<std::uint32_t*>(take(std::size_t{layout.table_cells} * sizeof(std::uint32_t)));
+  b.cell_rows = reinterpret_cast<std::uint32_t*>(take(std::size_t{layout.table_cells} * sizeof(std::uint32_t)));
+  b.row_keys = reinterpret_cast<std::uint32_t*>(take(std::size_t{layout.capacity_rows} * sizeof(std::uint32_t)));
+  b.rows = reinterpret_cast<std::uint16_t*>(
+      take(std::size_t{layout.capacity_rows} * static_cast<std::size_t>(layout.head_dim) * sizeof(std::uint16_t)));
+  b.indices = reinterpret_cast<std::int32_t*>(
+      take(static_cast<std::size_t>(layout.num_tokens) * static_cast<std::size_t>(layout.width) * sizeof(std::int32_t)));
+  b.lengths = reinterpret_cast<std::int32_t*>(take(static_cast<std::size_t>(layout.num_tokens) * sizeof(std::int32_t)));
+  return b;
+}
+
+cudaError_t launch_row_staging(KvFormat format, const SparseAttentionParams& direct, const StagingLayout& layout,
+                               const StagingBuffers& buffers, cudaStream_t stream) {
+  if (direct.num_tokens == 0) return cudaSuccess;
+  const StagingKernelParams params{direct, layout, buffers};
+  cudaError_t error = cudaMemsetAsync(buffers.counters, 0, kCounterWords * sizeof(std::uint32_t), stream);
+  if (error == cudaSuccess) {
+    error = cudaMemsetAsync(buffers.cell_keys, 0xFF, std::size_t{layout.table_cells} * sizeof(std::uint32_t), stream);
+  }
+  if (error != cudaSuccess) return error;
+  const dim3 per_token_source(static_cast<unsigned>(direct.num_tokens), static_cast<unsigned>(direct.num_sources));
+  mark_keys_kernel<<<per_token_source, kThreads, 0, stream>>>(params);
+  // Enough blocks to fill the device a few times over; the loops stride over the rest.
+  constexpr unsigned kMaxBlocks = 2048;
+  const unsigned cell_blocks = static_cast<unsigned>(std::min<std::uint64_t>(
+      kMaxBlocks, (std::uint64_t{layout.table_cells} + kThreads - 1) / kThreads));
+  number_keys_kernel<<<cell_blocks, kThreads, 0, stream>>>(params);
+  const std::uint64_t items = std::uint64_t{layout.capacity_rows} * (layout.head_dim / detail::kDecodeUnit);
+  const unsigned expand_blocks = static_cast<unsigned>(std::min<std::uint64_t>(kMaxBlocks, (items + kThreads - 1) / kThreads));
+  if (format == KvFormat::kV4Fp8) {
+    error = launch_expand<V4Fp8Format>(params, expand_blocks, stream);
+  } else if (format == KvFormat::kV32Fp8) {
+    error = launch_expand<V32Fp8Format>(params, expand_blocks, stream);
+  } else {
+    return cudaErrorInvalidValue;  // the plan stages the tiled FP8 formats only
+  }
+  if (error != cudaSuccess) return error;
+  rewrite_indices_kernel<<<static_cast<unsigned>(direct.num_tokens), kThreads, 0, stream>>>(params);
+  return cudaGetLastError();
+}
+
+KvSourceParams staged_source(const StagingLayout& layout, const StagingBuffers& buffers) {
+  KvSourceParams src;
+  src.pages = reinterpret_cast<const std::uint8_t*>(buffers.rows);
+  src.row_stride_bytes = static_cast<std::int64_t>(layout.head_dim) * sizeof(std::uint16_t);
+  src.page_size = layout.capacity_rows;  // one page holds every row, as in the flat prefill workspace
+  src.num_slots = layout.capacity_rows;
+  src.indices = buffers.indices;
+  src.stride_indices_t = layout.width;
+  src.topk = layout.width;
+  src.lengths = buffers.lengths;
+  src.stride_lengths_t = 1;
+  return src;
+}
+
+}  // namespace smla::cuda
