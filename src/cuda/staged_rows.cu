@@ -1,9 +1,11 @@
-// The staging passes of src/cuda/staged_rows.h. The hash set is open
-// addressing over 32-bit keys (source << 31 | slot; slots are below 2^31 - 1, so
-// the all-ones word is free to mean "empty"), at most half full when the call
-// fits, so a lookup takes about one probe. Staging rows are numbered by a
-// warp-aggregated counter: their order varies from run to run, which changes
-// where a row is staged, never its bytes or the order a token reads its keys.
+// The staging passes of src/cuda/staged_rows.h. Keys are (source, slot). When
+// the caches hold no more slots than the set has cells, every slot has a cell of
+// its own; otherwise the set is open addressing over 32-bit keys (source << 31 |
+// slot; slots are below 2^31 - 1, so the all-ones word is free to mean "empty"),
+// at most half full when the call fits, so a lookup takes about one probe.
+// Staging rows are numbered by a warp-aggregated counter: their order varies from
+// run to run, which changes where a row is staged, never its bytes or the order a
+// token reads its keys.
 #include "src/cuda/staged_rows.h"
 
 #include <algorithm>
@@ -49,7 +51,31 @@ struct StagingKernelParams {
   SparseAttentionParams direct;
   StagingLayout layout;
   StagingBuffers buffers;
+  // Every slot of the caches has a cell of its own (main's slots, then extra's):
+  // no hashing, no probing. Otherwise the cells are a hash set.
+  bool cell_per_slot = false;
+  std::uint32_t extra_first_cell = 0;  // cell_per_slot: the extra cache's slot 0
 };
+
+// Entries each thread takes per round, their loads issued together: the passes
+// are a chain of dependent loads (index, then cell), so they run on latency.
+constexpr int kBatch = 4;
+
+__device__ __forceinline__ std::uint32_t slot_cell(const StagingKernelParams& p, int source, std::int32_t slot) {
+  return (source == 0 ? 0u : p.extra_first_cell) + static_cast<std::uint32_t>(slot);
+}
+
+__device__ __forceinline__ void insert_key(const StagingKernelParams& p, std::uint32_t key, std::uint32_t cell,
+                                           std::uint32_t seen) {
+  const std::uint32_t cells = p.layout.table_cells;
+  for (std::uint32_t probe = 0; probe < cells; ++probe) {
+    if (seen == kEmptyKey) seen = atomicCAS(&p.buffers.cell_keys[cell], kEmptyKey, key);
+    if (seen == kEmptyKey || seen == key) return;
+    cell = (cell + 1) & (cells - 1);
+    seen = p.buffers.cell_keys[cell];
+  }
+  atomicExch(&p.buffers.counters[kTableFull], 1u);
+}
 
 // Block (token, source): every attended key of the token's list goes into the set.
 __global__ void __launch_bounds__(kThreads) mark_keys_kernel(const __grid_constant__ StagingKernelParams p) {
@@ -57,19 +83,27 @@ __global__ void __launch_bounds__(kThreads) mark_keys_kernel(const __grid_consta
   const int source = static_cast<int>(blockIdx.y);
   const KvSourceParams& src = key_source(p.direct, source);
   const int n = clamped_length(src, token);
-  const std::uint32_t cells = p.layout.table_cells;
-  for (int j = static_cast<int>(threadIdx.x); j < n; j += kThreads) {
-    const std::int32_t slot = attended_slot(src, token, j);
-    if (slot < 0) continue;
-    const std::uint32_t key = key_of(source, slot);
-    std::uint32_t cell = first_cell(key, cells);
-    bool placed = false;
-    for (std::uint32_t probe = 0; probe < cells && !placed; ++probe, cell = (cell + 1) & (cells - 1)) {
-      std::uint32_t seen = p.buffers.cell_keys[cell];
-      if (seen == kEmptyKey) seen = atomicCAS(&p.buffers.cell_keys[cell], kEmptyKey, key);
-      placed = seen == kEmptyKey || seen == key;
+  for (int first = static_cast<int>(threadIdx.x); first < n; first += kThreads * kBatch) {
+    std::int32_t slots[kBatch];
+    for (int b = 0; b < kBatch; ++b) {
+      const int j = first + b * kThreads;
+      slots[b] = j < n ? attended_slot(src, token, j) : -1;
     }
-    if (!placed) atomicExch(&p.buffers.counters[kTableFull], 1u);
+    if (p.cell_per_slot) {  // the same word from every thread that writes it
+      for (int b = 0; b < kBatch; ++b) {
+        if (slots[b] >= 0) p.buffers.cell_keys[slot_cell(p, source, slots[b])] = key_of(source, slots[b]);
+      }
+      continue;
+    }
+    std::uint32_t cells[kBatch];
+    std::uint32_t seen[kBatch];
+    for (int b = 0; b < kBatch; ++b) {
+      cells[b] = first_cell(key_of(source, slots[b]), p.layout.table_cells);
+      seen[b] = slots[b] >= 0 ? p.buffers.cell_keys[cells[b]] : kEmptyKey;
+    }
+    for (int b = 0; b < kBatch; ++b) {
+      if (slots[b] >= 0) insert_key(p, key_of(source, slots[b]), cells[b], seen[b]);
+    }
   }
 }
 
@@ -125,7 +159,9 @@ __global__ void __launch_bounds__(kThreads) expand_rows_kernel(const __grid_cons
   }
 }
 
-__device__ __forceinline__ std::int32_t staged_row(const StagingKernelParams& p, std::uint32_t key) {
+__device__ __forceinline__ std::int32_t staged_row(const StagingKernelParams& p, int source, std::int32_t slot) {
+  if (p.cell_per_slot) return static_cast<std::int32_t>(p.buffers.cell_rows[slot_cell(p, source, slot)]);
+  const std::uint32_t key = key_of(source, slot);
   const std::uint32_t cells = p.layout.table_cells;
   std::uint32_t cell = first_cell(key, cells);
   for (std::uint32_t probe = 0; probe < cells; ++probe, cell = (cell + 1) & (cells - 1)) {
@@ -146,10 +182,26 @@ __global__ void __launch_bounds__(kThreads) rewrite_indices_kernel(const __grid_
   const int n_keys = n_main + (p.direct.num_sources > 1 ? clamped_length(p.direct.source[1], token) : 0);
   if (threadIdx.x == 0) p.buffers.lengths[token] = n_keys;
   std::int32_t* out = p.buffers.indices + static_cast<std::int64_t>(token) * p.layout.width;
-  for (int j = static_cast<int>(threadIdx.x); j < n_keys; j += kThreads) {
-    const int source = j < n_main ? 0 : 1;
-    const std::int32_t slot = attended_slot(key_source(p.direct, source), token, source == 0 ? j : j - n_main);
-    out[j] = slot < 0 ? -1 : staged_row(p, key_of(source, slot));
+  for (int first = static_cast<int>(threadIdx.x); first < n_keys; first += kThreads * kBatch) {
+    std::int32_t slots[kBatch];
+    for (int b = 0; b < kBatch; ++b) {
+      const int j = first + b * kThreads;
+      slots[b] = -1;
+      if (j < n_main) {
+        slots[b] = attended_slot(p.direct.source[0], token, j);
+      } else if (j < n_keys) {
+        slots[b] = attended_slot(p.direct.source[1], token, j - n_main);
+      }
+    }
+    std::int32_t rows[kBatch];
+    for (int b = 0; b < kBatch; ++b) {
+      const int j = first + b * kThreads;
+      rows[b] = slots[b] < 0 ? -1 : staged_row(p, j < n_main ? 0 : 1, slots[b]);
+    }
+    for (int b = 0; b < kBatch; ++b) {
+      const int j = first + b * kThreads;
+      if (j < n_keys) out[j] = rows[b];
+    }
   }
 }
 
@@ -204,7 +256,11 @@ StagingBuffers staging_buffers(const StagingLayout& layout, void* workspace) {
 cudaError_t launch_row_staging(KvFormat format, const SparseAttentionParams& direct, const StagingLayout& layout,
                                const StagingBuffers& buffers, cudaStream_t stream) {
   if (direct.num_tokens == 0) return cudaSuccess;
-  const StagingKernelParams params{direct, layout, buffers};
+  StagingKernelParams params{direct, layout, buffers};
+  const std::int64_t main_slots = direct.source[0].num_slots;
+  const std::int64_t slots = main_slots + (direct.num_sources > 1 ? direct.source[1].num_slots : 0);
+  params.cell_per_slot = slots <= layout.table_cells;
+  params.extra_first_cell = static_cast<std::uint32_t>(params.cell_per_slot ? main_slots : 0);
   cudaError_t error = cudaMemsetAsync(buffers.counters, 0, kCounterWords * sizeof(std::uint32_t), stream);
   if (error == cudaSuccess) {
     error = cudaMemsetAsync(buffers.cell_keys, 0xFF, std::size_t{layout.table_cells} * sizeof(std::uint32_t), stream);
