@@ -1,8 +1,10 @@
-// The staging passes of src/cuda/staged_rows.h. Keys are (source, slot). When
-// the caches hold no more slots than the set has cells, every slot has a cell of
-// its own; otherwise the set is open addressing over 32-bit keys (source << 31 |
-// slot; slots are below 2^31 - 1, so the all-ones word is free to mean "empty"),
-// at most half full when the call fits, so a lookup takes about one probe.
+// The staging passes of src/cuda/staged_rows.h. The hash set is open addressing
+// over 32-bit keys (source << 31 | slot; slots are below 2^31 - 1, so the
+// all-ones word is free to mean "empty"), at most half full when the call fits,
+// so a lookup takes about one probe. The hash spreads a step's keys over every L2
+// slice: a cell per slot instead (no hashing where the caches' slots fit the set)
+// made the mark pass 4x slower on PFD-V4-h64, every token writing the same few
+// lines (docs/PERF.md).
 // Staging rows are numbered by a warp-aggregated counter: their order varies from
 // run to run, which changes where a row is staged, never its bytes or the order a
 // token reads its keys.
@@ -51,19 +53,11 @@ struct StagingKernelParams {
   SparseAttentionParams direct;
   StagingLayout layout;
   StagingBuffers buffers;
-  // Every slot of the caches has a cell of its own (main's slots, then extra's):
-  // no hashing, no probing. Otherwise the cells are a hash set.
-  bool cell_per_slot = false;
-  std::uint32_t extra_first_cell = 0;  // cell_per_slot: the extra cache's slot 0
 };
 
 // Entries each thread takes per round, their loads issued together: the passes
 // are a chain of dependent loads (index, then cell), so they run on latency.
 constexpr int kBatch = 4;
-
-__device__ __forceinline__ std::uint32_t slot_cell(const StagingKernelParams& p, int source, std::int32_t slot) {
-  return (source == 0 ? 0u : p.extra_first_cell) + static_cast<std::uint32_t>(slot);
-}
 
 __device__ __forceinline__ void insert_key(const StagingKernelParams& p, std::uint32_t key, std::uint32_t cell,
                                            std::uint32_t seen) {
@@ -88,20 +82,6 @@ __global__ void __launch_bounds__(kThreads) mark_keys_kernel(const __grid_consta
     for (int b = 0; b < kBatch; ++b) {
       const int j = first + b * kThreads;
       slots[b] = j < n ? attended_slot(src, token, j) : -1;
-    }
-    if (p.cell_per_slot) {
-      // Read before writing: every token names much the same rows, and thousands of
-      // stores to one line queue at L2 (storing unread took 80-440 us on PFD-V4-h64).
-      std::uint32_t seen[kBatch];
-      for (int b = 0; b < kBatch; ++b) {
-        seen[b] = slots[b] >= 0 ? p.buffers.cell_keys[slot_cell(p, source, slots[b])] : kEmptyKey;
-      }
-      for (int b = 0; b < kBatch; ++b) {
-        if (slots[b] >= 0 && seen[b] == kEmptyKey) {
-          p.buffers.cell_keys[slot_cell(p, source, slots[b])] = key_of(source, slots[b]);
-        }
-      }
-      continue;
     }
     std::uint32_t cells[kBatch];
     std::uint32_t seen[kBatch];
@@ -167,15 +147,15 @@ __global__ void __launch_bounds__(kThreads) expand_rows_kernel(const __grid_cons
   }
 }
 
-__device__ __forceinline__ std::int32_t staged_row(const StagingKernelParams& p, int source, std::int32_t slot) {
-  if (p.cell_per_slot) return static_cast<std::int32_t>(p.buffers.cell_rows[slot_cell(p, source, slot)]);
-  const std::uint32_t key = key_of(source, slot);
+// The staging row of `key`, whose first cell `cell` held `seen`.
+__device__ __forceinline__ std::int32_t staged_row(const StagingKernelParams& p, std::uint32_t key, std::uint32_t cell,
+                                                   std::uint32_t seen) {
   const std::uint32_t cells = p.layout.table_cells;
-  std::uint32_t cell = first_cell(key, cells);
-  for (std::uint32_t probe = 0; probe < cells; ++probe, cell = (cell + 1) & (cells - 1)) {
-    const std::uint32_t seen = p.buffers.cell_keys[cell];
+  for (std::uint32_t probe = 0; probe < cells; ++probe) {
     if (seen == key) return static_cast<std::int32_t>(p.buffers.cell_rows[cell]);
     if (seen == kEmptyKey) break;
+    cell = (cell + 1) & (cells - 1);
+    seen = p.buffers.cell_keys[cell];
   }
   return -1;  // only when the set filled up, and then the direct kernel runs instead
 }
@@ -201,11 +181,16 @@ __global__ void __launch_bounds__(kThreads) rewrite_indices_kernel(const __grid_
         slots[b] = attended_slot(p.direct.source[1], token, j - n_main);
       }
     }
-    std::int32_t rows[kBatch];
+    std::uint32_t keys[kBatch];
+    std::uint32_t cells[kBatch];
+    std::uint32_t seen[kBatch];
     for (int b = 0; b < kBatch; ++b) {
-      const int j = first + b * kThreads;
-      rows[b] = slots[b] < 0 ? -1 : staged_row(p, j < n_main ? 0 : 1, slots[b]);
+      keys[b] = key_of(first + b * kThreads < n_main ? 0 : 1, slots[b]);
+      cells[b] = first_cell(keys[b], p.layout.table_cells);
+      seen[b] = slots[b] >= 0 ? p.buffers.cell_keys[cells[b]] : kEmptyKey;
     }
+    std::int32_t rows[kBatch];
+    for (int b = 0; b < kBatch; ++b) rows[b] = slots[b] < 0 ? -1 : staged_row(p, keys[b], cells[b], seen[b]);
     for (int b = 0; b < kBatch; ++b) {
       const int j = first + b * kThreads;
       if (j < n_keys) out[j] = rows[b];
@@ -264,11 +249,7 @@ StagingBuffers staging_buffers(const StagingLayout& layout, void* workspace) {
 cudaError_t launch_row_staging(KvFormat format, const SparseAttentionParams& direct, const StagingLayout& layout,
                                const StagingBuffers& buffers, cudaStream_t stream) {
   if (direct.num_tokens == 0) return cudaSuccess;
-  StagingKernelParams params{direct, layout, buffers};
-  const std::int64_t main_slots = direct.source[0].num_slots;
-  const std::int64_t slots = main_slots + (direct.num_sources > 1 ? direct.source[1].num_slots : 0);
-  params.cell_per_slot = slots <= layout.table_cells;
-  params.extra_first_cell = static_cast<std::uint32_t>(params.cell_per_slot ? main_slots : 0);
+  const StagingKernelParams params{direct, layout, buffers};
   cudaError_t error = cudaMemsetAsync(buffers.counters, 0, kCounterWords * sizeof(std::uint32_t), stream);
   if (error == cudaSuccess) {
     error = cudaMemsetAsync(buffers.cell_keys, 0xFF, std::size_t{layout.table_cells} * sizeof(std::uint32_t), stream);

@@ -239,9 +239,7 @@ KernelChoice staged_choice(std::int64_t staging_rows) {
 // than the buffer holds runs the direct kernel (the gate, decided on the device),
 // one that fits runs the copying kernel over the staged rows; both match the
 // reference. Two sources with odd pages, invalid and out-of-range indices, random
-// lengths and strided views (V4), and V3.2's one source. Buffers this small find
-// the keys by hashing (the caches hold more slots than the set has cells); the
-// default buffer of the "staged" choice in every other case gives each slot a cell.
+// lengths and strided views (V4), and V3.2's one source.
 TEST(CudaSm90Attention, StagedRowsAtTheBufferEdge) {
   SKIP_WITHOUT_DEVICE();
   if (!cudatest::sm90_kernel_runs()) GTEST_SKIP() << "cuda.sm90 does not run on this device";
