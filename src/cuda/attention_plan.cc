@@ -184,10 +184,6 @@ std::optional<KvFormat> tiled_fp8_format(LoaderKind kind) {
   return format;
 }
 
-std::int64_t total_slots(const SparseAttentionParams& params) {
-  return params.source[0].num_slots + (params.num_sources > 1 ? params.source[1].num_slots : 0);
-}
-
 // Attaches staged FP8 rows (src/cuda/staged_rows.h) to the sm90 plan `direct`
 // when the tuning and the shape ask for them. prefill_sized: more than a few
 // waves of unsplit CTAs.
@@ -318,20 +314,25 @@ Status launch_staged(const AttentionPlan& plan, const SparseAttentionParams& dir
                      cudaStream_t stream) {
   const StagedRowsPlan& staged = *plan.staged;
   const StagingBuffers buffers = staging_buffers(staged.layout, static_cast<std::uint8_t*>(workspace) + partials_bytes(plan));
-  cudaError_t error = launch_row_staging(staged.format, direct, staged.layout, buffers, stream);
-  if (error != cudaSuccess) return cuda_failure("row staging launch", error);
   SparseAttentionParams copying = direct;
   assign_workspace(staged.copying, workspace, &copying);
+  if (pool_fits(direct, staged.layout)) {
+    const cudaError_t error = launch_pool_staging(staged.format, direct, staged.layout, buffers, stream);
+    if (error != cudaSuccess) return cuda_failure("pool staging launch", error);
+    for (int s = 0; s < direct.num_sources; ++s) copying.source[s] = pool_source(direct, s, staged.layout, buffers);
+    SMLA_RETURN_IF_ERROR(launch_grid(staged.copying, copying, stream));
+    return launch_combine(staged.copying, copying, stream);
+  }
+  const cudaError_t error = launch_row_staging(staged.format, direct, staged.layout, buffers, stream);
+  if (error != cudaSuccess) return cuda_failure("row staging launch", error);
   copying.source[0] = staged_source(staged.layout, buffers);
   copying.num_sources = 1;
-  // Fewer slots in the caches than staging rows: every call fits.
-  const bool gated = staged.gated && total_slots(direct) > staged.layout.capacity_rows;
-  if (gated) {
+  if (staged.gated) {
     copying.run_gate = buffers.counters + kGate;
     copying.run_gate_value = 0;
   }
   SMLA_RETURN_IF_ERROR(launch_grid(staged.copying, copying, stream));
-  if (!gated) return launch_combine(staged.copying, copying, stream);
+  if (!staged.gated) return launch_combine(staged.copying, copying, stream);
   SparseAttentionParams fallback = direct;
   fallback.run_gate = buffers.counters + kGate;
   fallback.run_gate_value = 1;

@@ -53,6 +53,7 @@ struct StagingKernelParams {
   SparseAttentionParams direct;
   StagingLayout layout;
   StagingBuffers buffers;
+  std::uint32_t pool_rows = 0;  // > 0: the expansion takes every slot of the caches (main's, then extra's)
 };
 
 // Entries each thread takes per round, their loads issued together: the passes
@@ -124,14 +125,23 @@ __device__ __forceinline__ bool over_capacity(const StagingKernelParams& p) {
 // A thread per 8 values of a staged row, decoded by the codec's rule (the bf16 the direct kernel expands to).
 template <class Format>
 __global__ void __launch_bounds__(kThreads) expand_rows_kernel(const __grid_constant__ StagingKernelParams p) {
-  if (over_capacity(p)) return;
+  const bool whole_pool = p.pool_rows > 0;
+  if (!whole_pool && over_capacity(p)) return;
   constexpr int kUnits = Format::kHeadDim / detail::kDecodeUnit;
-  const std::uint64_t items = static_cast<std::uint64_t>(p.buffers.counters[kStagedRows]) * kUnits;
-  for (std::uint64_t item = blockIdx.x * kThreads + threadIdx.x; item < items;
+  const std::uint32_t rows = whole_pool ? p.pool_rows : p.buffers.counters[kStagedRows];
+  const std::uint64_t items = static_cast<std::uint64_t>(rows) * kUnits;
+  const auto main_slots = static_cast<std::uint32_t>(p.direct.source[0].num_slots);
+  for (std::uint64_t item = static_cast<std::uint64_t>(blockIdx.x) * kThreads + threadIdx.x; item < items;
        item += static_cast<std::uint64_t>(gridDim.x) * kThreads) {
     const std::uint32_t row = static_cast<std::uint32_t>(item / kUnits);
     const int unit = static_cast<int>(item % kUnits);
-    const std::uint32_t key = p.buffers.row_keys[row];
+    std::uint32_t key = 0;
+    if (!whole_pool) {
+      key = p.buffers.row_keys[row];
+    } else {
+      key = row < main_slots ? key_of(0, static_cast<std::int32_t>(row))
+                             : key_of(1, static_cast<std::int32_t>(row - main_slots));
+    }
     const KvSourceParams& src = key_source(p.direct, static_cast<int>(key >> 31));
     const std::int64_t slot = key & 0x7FFFFFFFu;
     const std::int64_t page = slot / src.page_size;
@@ -198,10 +208,28 @@ __global__ void __launch_bounds__(kThreads) rewrite_indices_kernel(const __grid_
   }
 }
 
-template <class Format>
-cudaError_t launch_expand(const StagingKernelParams& params, unsigned blocks, cudaStream_t stream) {
-  expand_rows_kernel<Format><<<blocks, kThreads, 0, stream>>>(params);
+// Enough blocks to fill the device a few times over; the loops stride over the rest.
+constexpr unsigned kMaxBlocks = 2048;
+
+unsigned blocks_for(std::uint64_t items) {
+  return static_cast<unsigned>(std::clamp<std::uint64_t>((items + kThreads - 1) / kThreads, 1, kMaxBlocks));
+}
+
+cudaError_t launch_expand(KvFormat format, const StagingKernelParams& params, std::uint32_t rows,
+                          cudaStream_t stream) {
+  const unsigned blocks = blocks_for(std::uint64_t{rows} * (params.layout.head_dim / detail::kDecodeUnit));
+  if (format == KvFormat::kV4Fp8) {
+    expand_rows_kernel<V4Fp8Format><<<blocks, kThreads, 0, stream>>>(params);
+  } else if (format == KvFormat::kV32Fp8) {
+    expand_rows_kernel<V32Fp8Format><<<blocks, kThreads, 0, stream>>>(params);
+  } else {
+    return cudaErrorInvalidValue;  // the plan stages the tiled FP8 formats only
+  }
   return cudaGetLastError();
+}
+
+std::int64_t slots_of(const SparseAttentionParams& direct, int source) {
+  return source < direct.num_sources ? direct.source[source].num_slots : 0;
 }
 
 }  // namespace
@@ -257,23 +285,35 @@ cudaError_t launch_row_staging(KvFormat format, const SparseAttentionParams& dir
   if (error != cudaSuccess) return error;
   const dim3 per_token_source(static_cast<unsigned>(direct.num_tokens), static_cast<unsigned>(direct.num_sources));
   mark_keys_kernel<<<per_token_source, kThreads, 0, stream>>>(params);
-  // Enough blocks to fill the device a few times over; the loops stride over the rest.
-  constexpr unsigned kMaxBlocks = 2048;
-  const unsigned cell_blocks = static_cast<unsigned>(std::min<std::uint64_t>(
-      kMaxBlocks, (std::uint64_t{layout.table_cells} + kThreads - 1) / kThreads));
-  number_keys_kernel<<<cell_blocks, kThreads, 0, stream>>>(params);
-  const std::uint64_t items = std::uint64_t{layout.capacity_rows} * (layout.head_dim / detail::kDecodeUnit);
-  const unsigned expand_blocks = static_cast<unsigned>(std::min<std::uint64_t>(kMaxBlocks, (items + kThreads - 1) / kThreads));
-  if (format == KvFormat::kV4Fp8) {
-    error = launch_expand<V4Fp8Format>(params, expand_blocks, stream);
-  } else if (format == KvFormat::kV32Fp8) {
-    error = launch_expand<V32Fp8Format>(params, expand_blocks, stream);
-  } else {
-    return cudaErrorInvalidValue;  // the plan stages the tiled FP8 formats only
-  }
+  number_keys_kernel<<<blocks_for(layout.table_cells), kThreads, 0, stream>>>(params);
+  error = launch_expand(format, params, layout.capacity_rows, stream);
   if (error != cudaSuccess) return error;
   rewrite_indices_kernel<<<static_cast<unsigned>(direct.num_tokens), kThreads, 0, stream>>>(params);
   return cudaGetLastError();
+}
+
+bool pool_fits(const SparseAttentionParams& direct, const StagingLayout& layout) {
+  return slots_of(direct, 0) + slots_of(direct, 1) <= layout.capacity_rows;
+}
+
+cudaError_t launch_pool_staging(KvFormat format, const SparseAttentionParams& direct, const StagingLayout& layout,
+                                const StagingBuffers& buffers, cudaStream_t stream) {
+  StagingKernelParams params{direct, layout, buffers};
+  params.pool_rows = static_cast<std::uint32_t>(slots_of(direct, 0) + slots_of(direct, 1));
+  if (params.pool_rows == 0) return cudaSuccess;
+  return launch_expand(format, params, params.pool_rows, stream);
+}
+
+KvSourceParams pool_source(const SparseAttentionParams& direct, int source, const StagingLayout& layout,
+                           const StagingBuffers& buffers) {
+  KvSourceParams src = direct.source[source];
+  const std::int64_t row_bytes = static_cast<std::int64_t>(layout.head_dim) * sizeof(std::uint16_t);
+  src.pages = reinterpret_cast<const std::uint8_t*>(buffers.rows) + (source == 0 ? 0 : slots_of(direct, 0)) * row_bytes;
+  src.page_stride_bytes = 0;
+  src.row_stride_bytes = row_bytes;
+  src.page_size = std::max<std::int64_t>(src.num_slots, 1);  // one page holds every slot
+  src.fp8_scale = 1.0f;
+  return src;
 }
 
 KvSourceParams staged_source(const StagingLayout& layout, const StagingBuffers& buffers) {

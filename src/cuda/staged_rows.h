@@ -13,6 +13,11 @@
 // The buffer holds capacity_rows rows, fixed at plan time. A call naming more
 // distinct rows sets the gate word to 1: the copying kernel then does nothing and
 // the direct kernel, launched behind it with the opposite gate, computes the call.
+//
+// When the caches hold no more slots than the buffer has rows (known from their
+// shapes at launch), the whole pool is expanded instead, slot for slot, and the
+// copying kernel reads it through the call's own index lists: one pass, no set,
+// no rewrite, no gate, as a FlashMLA user's dequantize-and-gather of the whole cache.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -62,5 +67,14 @@ cudaError_t launch_row_staging(KvFormat format, const SparseAttentionParams& dir
 
 // The call's one source once staged: buffers.rows as flat rows, read through buffers.indices.
 KvSourceParams staged_source(const StagingLayout& layout, const StagingBuffers& buffers);
+
+// Whether every slot of `direct`'s caches fits the buffer (the whole-pool staging).
+bool pool_fits(const SparseAttentionParams& direct, const StagingLayout& layout);
+// Enqueues the whole-pool expansion: main's slots, then extra's, into buffers.rows.
+cudaError_t launch_pool_staging(KvFormat format, const SparseAttentionParams& direct, const StagingLayout& layout,
+                                const StagingBuffers& buffers, cudaStream_t stream);
+// Source `source` of `direct` once its pool is staged: its rows in buffers.rows, its own indices and lengths.
+KvSourceParams pool_source(const SparseAttentionParams& direct, int source, const StagingLayout& layout,
+                           const StagingBuffers& buffers);
 
 }  // namespace smla::cuda

@@ -227,6 +227,11 @@ std::int64_t distinct_attended_rows(testkit::DecodeCase& c) {
   return static_cast<std::int64_t>(rows.size());
 }
 
+std::int64_t cache_slots(testkit::DecodeCase& c) {
+  const SparseDecodeArgs args = c.args();
+  return args.main_cache.num_slots() + (args.extra_cache.has_value() ? args.extra_cache->num_slots() : 0);
+}
+
 KernelChoice staged_choice(std::int64_t staging_rows) {
   TuningOptions tuning;
   tuning.implementation = "cuda.sm90";
@@ -263,6 +268,7 @@ TEST(CudaSm90Attention, StagedRowsAtTheBufferEdge) {
     testkit::DecodeCase c = testkit::make_decode_case(seeded);
     const std::int64_t distinct = distinct_attended_rows(c);
     ASSERT_GT(distinct, 2);
+    ASSERT_GT(cache_slots(c), distinct + 1);  // the staging numbers the named rows (not the whole pool)
     {  // the plan stages, with the direct kernel behind when the buffer is short
       cudatest::DeviceDecodeArgs device(c.args());
       auto plan = plan_sparse_decode(cudatest::cuda_context(staged_choice(distinct).tuning), device.args);
@@ -275,6 +281,34 @@ TEST(CudaSm90Attention, StagedRowsAtTheBufferEdge) {
       expect_decode_matches(o, std::string(kv_format_name(format)) + ", " + std::to_string(distinct) + " distinct rows",
                             0, {choice});
     }
+  }
+}
+
+// Caches with no more slots than the staging buffer has rows are expanded whole,
+// slot for slot, and read through the call's own index lists: V4's two sources
+// (odd pages, invalid indices, random lengths, strided views) and V3.2 rows (d_qk
+// 576) with an extra cache too.
+TEST(CudaSm90Attention, StagedWholePool) {
+  SKIP_WITHOUT_DEVICE();
+  if (!cudatest::sm90_kernel_runs()) GTEST_SKIP() << "cuda.sm90 does not run on this device";
+  for (KvFormat format : {KvFormat::kV4Fp8, KvFormat::kV32Fp8}) {
+    testkit::DecodeCaseOptions o = long_v4_case();
+    o.format = format;
+    o.num_heads = 128;
+    o.num_requests = 4;
+    o.s_q = 4;
+    o.random_lengths = true;
+    o.invalid_index_fraction = 0.25;
+    o.main_page_size = 37;
+    o.extra_page_size = 3;
+    o.strided = format == KvFormat::kV4Fp8;
+    if (format == KvFormat::kV32Fp8) o.extra_topk = 256;
+    testkit::DecodeCaseOptions seeded = o;
+    seeded.seed = testing::test_seed() + o.seed;
+    testkit::DecodeCase c = testkit::make_decode_case(seeded);
+    const std::int64_t width = o.main_topk + o.extra_topk;
+    ASSERT_LE(cache_slots(c), c.num_tokens() * width);  // the buffer (T x width rows) holds every slot
+    expect_decode_matches(o, std::string(kv_format_name(format)) + ", whole pool", 0, {staged_choice(-1)});
   }
 }
 
