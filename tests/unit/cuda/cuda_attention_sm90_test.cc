@@ -302,7 +302,10 @@ TEST(CudaSm90Attention, StagedWholePool) {
     o.main_page_size = 37;
     o.extra_page_size = 3;
     o.strided = format == KvFormat::kV4Fp8;
-    if (format == KvFormat::kV32Fp8) o.extra_topk = 256;
+    if (format == KvFormat::kV32Fp8) {
+      o.main_topk = 512;
+      o.extra_topk = 256;
+    }
     testkit::DecodeCaseOptions seeded = o;
     seeded.seed = testing::test_seed() + o.seed;
     testkit::DecodeCase c = testkit::make_decode_case(seeded);
