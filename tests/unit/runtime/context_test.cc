@@ -93,6 +93,8 @@ TEST(TuningOptions, DefaultsAreTheTunedChoices) {
   EXPECT_EQ(defaults.sm90_prefetch, TuningOptions::Switch::kAuto);
   EXPECT_TRUE(defaults.sm90_pair_head_blocks);
   EXPECT_TRUE(defaults.sm90_token_major);
+  EXPECT_EQ(defaults.sm90_stage_rows, TuningOptions::Switch::kAuto);
+  EXPECT_EQ(defaults.sm90_staging_rows, -1);
   EXPECT_EQ(defaults.cpu_threads, 0);
 }
 
@@ -103,6 +105,8 @@ TEST(TuningOptions, ReadFromTheEnvironment) {
   const ScopedVariable pair("SMLA_SM90_PAIR", "off");
   const ScopedVariable order("SMLA_SM90_BLOCK_ORDER", "grid");
   const ScopedVariable threads("SMLA_NUM_THREADS", "3");
+  const ScopedVariable stage("SMLA_SM90_STAGE", "on");
+  const ScopedVariable staging_rows("SMLA_SM90_STAGING_ROWS", "5000");
   auto tuning = TuningOptions::from_environment();
   ASSERT_TRUE(IsOk(tuning.status()));
   EXPECT_EQ(tuning->implementation, "cuda.portable");
@@ -111,6 +115,8 @@ TEST(TuningOptions, ReadFromTheEnvironment) {
   EXPECT_FALSE(tuning->sm90_pair_head_blocks);
   EXPECT_FALSE(tuning->sm90_token_major);
   EXPECT_EQ(tuning->cpu_threads, 3);
+  EXPECT_EQ(tuning->sm90_stage_rows, TuningOptions::Switch::kOn);
+  EXPECT_EQ(tuning->sm90_staging_rows, 5000);
 }
 
 TEST(TuningOptions, UnknownValuesNameTheVariable) {
@@ -126,6 +132,17 @@ TEST(TuningOptions, UnknownValuesNameTheVariable) {
     EXPECT_TRUE(FailsWith(TuningOptions::from_environment().status(), StatusCode::kInvalidArgument,
                           {"SMLA_NUM_THREADS", "a positive integer", std::string("'") + threads + "'"}))
         << threads;
+  }
+  for (const char* rows : {"0", "-1", "many"}) {
+    const ScopedVariable staging_rows("SMLA_SM90_STAGING_ROWS", rows);
+    EXPECT_TRUE(FailsWith(TuningOptions::from_environment().status(), StatusCode::kInvalidArgument,
+                          {"SMLA_SM90_STAGING_ROWS", "a positive integer", std::string("'") + rows + "'"}))
+        << rows;
+  }
+  {
+    const ScopedVariable stage("SMLA_SM90_STAGE", "sometimes");
+    EXPECT_TRUE(FailsWith(TuningOptions::from_environment().status(), StatusCode::kInvalidArgument,
+                          {"SMLA_SM90_STAGE", "on, off or auto", "'sometimes'"}));
   }
   const ScopedVariable pair("SMLA_SM90_PAIR", "maybe");
   EXPECT_TRUE(FailsWith(TuningOptions::from_environment().status(), StatusCode::kInvalidArgument,
