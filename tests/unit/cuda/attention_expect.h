@@ -148,6 +148,14 @@ inline void expect_prefill_matches(testkit::PrefillCaseOptions options, const st
   }
 }
 
+// Halves every token's main and extra length (a shrink_lengths for the replay check below).
+inline void halve_lengths(SparseDecodeArgs& host) {
+  for (std::int64_t t = 0; t < host.q.shape[0]; ++t) {
+    *host.main_lengths.ptr_at<std::int32_t>({t}) /= 2;
+    *host.extra_lengths.ptr_at<std::int32_t>({t}) /= 2;
+  }
+}
+
 // Captures one sparse_decode (cuda) of case `c` (with `queries_per_request`) in a
 // CUDA graph, changes the length VALUES on the device with `shrink_lengths`
 // (applied to the host arguments; keep the new lengths inside the old ones:

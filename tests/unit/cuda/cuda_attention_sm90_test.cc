@@ -232,6 +232,25 @@ std::int64_t cache_slots(testkit::DecodeCase& c) {
   return args.main_cache.num_slots() + (args.extra_cache.has_value() ? args.extra_cache->num_slots() : 0);
 }
 
+// The staging tests' cases: odd pages, a quarter of the entries invalid, random
+// lengths, and (V4, two sources) strided views.
+testkit::DecodeCaseOptions staging_case(KvFormat format) {
+  testkit::DecodeCaseOptions o = long_v4_case();
+  o.format = format;
+  o.random_lengths = true;
+  o.invalid_index_fraction = 0.25;
+  o.main_page_size = 37;
+  o.extra_page_size = 3;
+  o.strided = format == KvFormat::kV4Fp8;
+  return o;
+}
+
+// The case expect_decode_matches builds from `options` (the same seed), for counting on the host.
+testkit::DecodeCase case_as_run(testkit::DecodeCaseOptions options) {
+  options.seed = testing::test_seed() + options.seed;
+  return testkit::make_decode_case(options);
+}
+
 KernelChoice staged_choice(std::int64_t staging_rows) {
   TuningOptions tuning;
   tuning.implementation = "cuda.sm90";
@@ -249,23 +268,15 @@ TEST(CudaSm90Attention, StagedRowsAtTheBufferEdge) {
   SKIP_WITHOUT_DEVICE();
   if (!cudatest::sm90_kernel_runs()) GTEST_SKIP() << "cuda.sm90 does not run on this device";
   for (KvFormat format : {KvFormat::kV4Fp8, KvFormat::kV32Fp8}) {
-    testkit::DecodeCaseOptions o = long_v4_case();
-    o.format = format;
+    testkit::DecodeCaseOptions o = staging_case(format);
     o.num_heads = 100;
     o.num_requests = 3;
-    o.random_lengths = true;
-    o.invalid_index_fraction = 0.25;
-    o.main_page_size = 37;
-    o.extra_page_size = 3;
-    o.strided = format == KvFormat::kV4Fp8;
     if (format == KvFormat::kV32Fp8) {
       o.extra_topk = 0;
       o.main_topk = 700;
       o.main_context = 1500;
     }
-    testkit::DecodeCaseOptions seeded = o;
-    seeded.seed = testing::test_seed() + o.seed;
-    testkit::DecodeCase c = testkit::make_decode_case(seeded);
+    testkit::DecodeCase c = case_as_run(o);
     const std::int64_t distinct = distinct_attended_rows(c);
     ASSERT_GT(distinct, 2);
     ASSERT_GT(cache_slots(c), distinct + 1);  // the staging numbers the named rows (not the whole pool)
@@ -292,23 +303,15 @@ TEST(CudaSm90Attention, StagedWholePool) {
   SKIP_WITHOUT_DEVICE();
   if (!cudatest::sm90_kernel_runs()) GTEST_SKIP() << "cuda.sm90 does not run on this device";
   for (KvFormat format : {KvFormat::kV4Fp8, KvFormat::kV32Fp8}) {
-    testkit::DecodeCaseOptions o = long_v4_case();
-    o.format = format;
+    testkit::DecodeCaseOptions o = staging_case(format);
     o.num_heads = 128;
     o.num_requests = 4;
     o.s_q = 4;
-    o.random_lengths = true;
-    o.invalid_index_fraction = 0.25;
-    o.main_page_size = 37;
-    o.extra_page_size = 3;
-    o.strided = format == KvFormat::kV4Fp8;
     if (format == KvFormat::kV32Fp8) {
       o.main_topk = 512;
       o.extra_topk = 256;
     }
-    testkit::DecodeCaseOptions seeded = o;
-    seeded.seed = testing::test_seed() + o.seed;
-    testkit::DecodeCase c = testkit::make_decode_case(seeded);
+    testkit::DecodeCase c = case_as_run(o);
     const std::int64_t width = o.main_topk + o.extra_topk;
     ASSERT_LE(cache_slots(c), c.num_tokens() * width);  // the buffer (T x width rows) holds every slot
     expect_decode_matches(o, std::string(kv_format_name(format)) + ", whole pool", 0, {staged_choice(-1)});
@@ -328,15 +331,7 @@ TEST(CudaSm90Attention, StagedRowsGraphReplayFollowsNewLengths) {
   SMLA_SEED_TRACE(o.seed);
   testkit::DecodeCase c = testkit::make_decode_case(o);
   const std::int64_t distinct = distinct_attended_rows(c);
-  cudatest::expect_graph_replay_follows_new_lengths(
-      c, 1,
-      [](SparseDecodeArgs& host) {
-        for (std::int64_t t = 0; t < host.q.shape[0]; ++t) {  // half the old lengths
-          *host.main_lengths.ptr_at<std::int32_t>({t}) /= 2;
-          *host.extra_lengths.ptr_at<std::int32_t>({t}) /= 2;
-        }
-      },
-      staged_choice(distinct).tuning);
+  cudatest::expect_graph_replay_follows_new_lengths(c, 1, &cudatest::halve_lengths, staged_choice(distinct).tuning);
 }
 
 }  // namespace

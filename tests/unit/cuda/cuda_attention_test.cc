@@ -179,12 +179,7 @@ TEST(CudaSparseDecode, GraphReplayFollowsNewLengths) {
   o.seed = testing::test_seed();
   SMLA_SEED_TRACE(o.seed);
   testkit::DecodeCase c = testkit::make_decode_case(o);
-  cudatest::expect_graph_replay_follows_new_lengths(c, 1, [](SparseDecodeArgs& host) {
-    for (std::int64_t t = 0; t < host.q.shape[0]; ++t) {  // half the old lengths
-      *host.main_lengths.ptr_at<std::int32_t>({t}) /= 2;
-      *host.extra_lengths.ptr_at<std::int32_t>({t}) /= 2;
-    }
-  });
+  cudatest::expect_graph_replay_follows_new_lengths(c, 1, &cudatest::halve_lengths);
 }
 
 TEST(CudaSparseDecode, RejectsHostTensors) {
