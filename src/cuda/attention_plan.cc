@@ -316,7 +316,7 @@ Status launch_staged(const AttentionPlan& plan, const SparseAttentionParams& dir
   const StagingBuffers buffers = staging_buffers(staged.layout, static_cast<std::uint8_t*>(workspace) + partials_bytes(plan));
   SparseAttentionParams copying = direct;
   assign_workspace(staged.copying, workspace, &copying);
-  if (pool_fits(direct, staged.layout)) {
+  if (whole_pool_pays(direct, staged.layout)) {
     const cudaError_t error = launch_pool_staging(staged.format, direct, staged.layout, buffers, stream);
     if (error != cudaSuccess) return cuda_failure("pool staging launch", error);
     for (int s = 0; s < direct.num_sources; ++s) copying.source[s] = pool_source(direct, s, staged.layout, buffers);
@@ -327,12 +327,13 @@ Status launch_staged(const AttentionPlan& plan, const SparseAttentionParams& dir
   if (error != cudaSuccess) return cuda_failure("row staging launch", error);
   copying.source[0] = staged_source(staged.layout, buffers);
   copying.num_sources = 1;
-  if (staged.gated) {
+  const bool gated = staged.gated && !pool_fits(direct, staged.layout);  // fewer slots than rows: every call fits
+  if (gated) {
     copying.run_gate = buffers.counters + kGate;
     copying.run_gate_value = 0;
   }
   SMLA_RETURN_IF_ERROR(launch_grid(staged.copying, copying, stream));
-  if (!staged.gated) return launch_combine(staged.copying, copying, stream);
+  if (!gated) return launch_combine(staged.copying, copying, stream);
   SparseAttentionParams fallback = direct;
   fallback.run_gate = buffers.counters + kGate;
   fallback.run_gate_value = 1;

@@ -296,6 +296,15 @@ bool pool_fits(const SparseAttentionParams& direct, const StagingLayout& layout)
   return slots_of(direct, 0) + slots_of(direct, 1) <= layout.capacity_rows;
 }
 
+bool whole_pool_pays(const SparseAttentionParams& direct, const StagingLayout& layout) {
+  // The named-rows passes cost about as much per 41 index entries as the expansion
+  // per row (ncu, PFD-V32-h128 131K: 240 us for 8.4 M entries, 153 us for 131 K rows;
+  // docs/PERF.md); 32 leans towards the one pass.
+  constexpr std::int64_t kEntriesPerRow = 32;
+  const std::int64_t slots = slots_of(direct, 0) + slots_of(direct, 1);
+  return pool_fits(direct, layout) && slots * kEntriesPerRow <= layout.num_tokens * layout.width;
+}
+
 cudaError_t launch_pool_staging(KvFormat format, const SparseAttentionParams& direct, const StagingLayout& layout,
                                 const StagingBuffers& buffers, cudaStream_t stream) {
   StagingKernelParams params{direct, layout, buffers};

@@ -15,9 +15,10 @@
 // the direct kernel, launched behind it with the opposite gate, computes the call.
 //
 // When the caches hold no more slots than the buffer has rows (known from their
-// shapes at launch), the whole pool is expanded instead, slot for slot, and the
-// copying kernel reads it through the call's own index lists: one pass, no set,
-// no rewrite, no gate, as a FlashMLA user's dequantize-and-gather of the whole cache.
+// shapes at launch) and few against the call's index entries, the whole pool is
+// expanded instead, slot for slot, and the copying kernel reads it through the
+// call's own index lists: one pass, no set, no rewrite, no gate, as a FlashMLA
+// user's dequantize-and-gather of the whole cache.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -68,8 +69,11 @@ cudaError_t launch_row_staging(KvFormat format, const SparseAttentionParams& dir
 // The call's one source once staged: buffers.rows as flat rows, read through buffers.indices.
 KvSourceParams staged_source(const StagingLayout& layout, const StagingBuffers& buffers);
 
-// Whether every slot of `direct`'s caches fits the buffer (the whole-pool staging).
+// Whether every slot of `direct`'s caches fits the buffer (then no call overflows it).
 bool pool_fits(const SparseAttentionParams& direct, const StagingLayout& layout);
+// Whether to expand the whole pool rather than the named rows: it fits, and its
+// slots are few against the call's index entries (the named-rows passes read them twice).
+bool whole_pool_pays(const SparseAttentionParams& direct, const StagingLayout& layout);
 // Enqueues the whole-pool expansion: main's slots, then extra's, into buffers.rows.
 cudaError_t launch_pool_staging(KvFormat format, const SparseAttentionParams& direct, const StagingLayout& layout,
                                 const StagingBuffers& buffers, cudaStream_t stream);

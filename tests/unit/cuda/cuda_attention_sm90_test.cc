@@ -245,6 +245,26 @@ testkit::DecodeCaseOptions staging_case(KvFormat format) {
   return o;
 }
 
+// A prefill-like case of small caches: many tokens per request, so that the caches'
+// slots are few against the call's index entries (kEntriesPerPoolRow, staged_rows.cu)
+// and the staging expands the whole pool.
+constexpr std::int64_t kEntriesPerPoolRow = 32;
+testkit::DecodeCaseOptions whole_pool_case(KvFormat format) {
+  testkit::DecodeCaseOptions o = staging_case(format);
+  o.num_heads = 128;
+  o.num_requests = 2;
+  o.s_q = 48;
+  o.main_context = 200;
+  o.extra_context = 1024;
+  if (format == KvFormat::kV32Fp8) {  // d_qk 576 with an extra cache too
+    o.main_topk = 512;
+    o.main_context = 600;
+    o.extra_topk = 256;
+    o.extra_context = 300;
+  }
+  return o;
+}
+
 // The case expect_decode_matches builds from `options` (the same seed), for counting on the host.
 testkit::DecodeCase case_as_run(testkit::DecodeCaseOptions options) {
   options.seed = testing::test_seed() + options.seed;
@@ -303,17 +323,10 @@ TEST(CudaSm90Attention, StagedWholePool) {
   SKIP_WITHOUT_DEVICE();
   if (!cudatest::sm90_kernel_runs()) GTEST_SKIP() << "cuda.sm90 does not run on this device";
   for (KvFormat format : {KvFormat::kV4Fp8, KvFormat::kV32Fp8}) {
-    testkit::DecodeCaseOptions o = staging_case(format);
-    o.num_heads = 128;
-    o.num_requests = 4;
-    o.s_q = 4;
-    if (format == KvFormat::kV32Fp8) {
-      o.main_topk = 512;
-      o.extra_topk = 256;
-    }
+    testkit::DecodeCaseOptions o = whole_pool_case(format);
     testkit::DecodeCase c = case_as_run(o);
-    const std::int64_t width = o.main_topk + o.extra_topk;
-    ASSERT_LE(cache_slots(c), c.num_tokens() * width);  // the buffer (T x width rows) holds every slot
+    // The buffer (T x width rows) holds every slot, and they are few against the index entries.
+    ASSERT_LE(cache_slots(c) * kEntriesPerPoolRow, c.num_tokens() * (o.main_topk + o.extra_topk));
     expect_decode_matches(o, std::string(kv_format_name(format)) + ", whole pool", 0, {staged_choice(-1)});
   }
 }
