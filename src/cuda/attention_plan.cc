@@ -13,11 +13,10 @@
 
 #include "src/cuda/pack_union.h"
 #include "src/cuda/common/sparse_attention_params.h"
+#include "src/cuda/common/workspace_align.h"
 
 namespace smla::cuda {
 namespace {
-
-constexpr std::size_t kWorkspaceAlign = 256;
 
 Status cuda_failure(const char* what, cudaError_t error) {
   return internal_error(fmt::format("cuda: {} failed: {}", what, cudaGetErrorString(error)));
@@ -66,23 +65,21 @@ Expected<RingChoice> choose_ring(const AttentionVariant& variant, LoaderKind kin
   return best;
 }
 
-std::size_t align_up(std::size_t bytes) { return (bytes + kWorkspaceAlign - 1) / kWorkspaceAlign * kWorkspaceAlign; }
-
 std::size_t partial_out_bytes(const AttentionPlan& plan, std::int64_t tokens, std::int64_t heads) {
-  return align_up(static_cast<std::size_t>(plan.num_splits) * static_cast<std::size_t>(tokens) *
+  return align_workspace(static_cast<std::size_t>(plan.num_splits) * static_cast<std::size_t>(tokens) *
                   static_cast<std::size_t>(heads) * kValueDim * sizeof(float));
 }
 std::size_t partial_stat_bytes(const AttentionPlan& plan, std::int64_t tokens, std::int64_t heads) {
-  return align_up(static_cast<std::size_t>(plan.num_splits) * static_cast<std::size_t>(tokens) *
+  return align_workspace(static_cast<std::size_t>(plan.num_splits) * static_cast<std::size_t>(tokens) *
                   static_cast<std::size_t>(heads) * sizeof(float));
 }
 
 std::size_t pack_keys_bytes(const AttentionPlan& plan, std::int64_t tokens) {
-  return align_up(static_cast<std::size_t>(tokens / plan.pack_tokens) * static_cast<std::size_t>(plan.pack_capacity) *
+  return align_workspace(static_cast<std::size_t>(tokens / plan.pack_tokens) * static_cast<std::size_t>(plan.pack_capacity) *
                   2 * sizeof(std::uint32_t));
 }
 std::size_t pack_counts_bytes(const AttentionPlan& plan, std::int64_t tokens) {
-  return align_up(static_cast<std::size_t>(tokens / plan.pack_tokens) * sizeof(int));
+  return align_workspace(static_cast<std::size_t>(tokens / plan.pack_tokens) * sizeof(int));
 }
 
 constexpr int kMaxTileRows = 64;
@@ -192,6 +189,8 @@ Status plan_staging(const AttentionShape& shape, const DeviceProperties& device,
   const auto format = tiled_fp8_format(shape.kind);
   const auto setting = tuning.sm90_stage_rows;
   if (!format || setting == TuningOptions::Switch::kOff || shape.num_keys > INT32_MAX) return Status::Ok();
+  const bool automatic = setting == TuningOptions::Switch::kAuto;
+  if (automatic && !prefill_sized) return Status::Ok();  // decode: no second plan to make
   const int head_dim = kv_format_info(*format).head_dim;
   AttentionShape copied = shape;
   copied.kind = flat_bf16_loader_kind(head_dim);
@@ -205,7 +204,7 @@ Status plan_staging(const AttentionShape& shape, const DeviceProperties& device,
   staged.gated = shape.num_tokens * shape.num_keys > staged.layout.capacity_rows;
   // A gated call has one combine for whichever grid ran: both must split alike.
   if (staged.gated && copying->num_splits != direct->num_splits) return Status::Ok();
-  if (setting == TuningOptions::Switch::kAuto && !(prefill_sized && copying->num_splits == 1)) return Status::Ok();
+  if (automatic && copying->num_splits != 1) return Status::Ok();
   direct->workspace_bytes = std::max(direct->workspace_bytes, copying->workspace_bytes) + staged.layout.bytes();
   direct->staged = std::make_shared<const StagedRowsPlan>(std::move(staged));
   return Status::Ok();

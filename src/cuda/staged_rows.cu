@@ -15,17 +15,15 @@
 
 #include "smla/numeric.h"
 #include "src/core/kv_rows.h"
+#include "src/cuda/common/workspace_align.h"
 #include "src/cuda/sm80/sparse_attention_kernel.cuh"
 
 namespace smla::cuda {
 namespace {
 
-constexpr std::size_t kAlign = 256;
 constexpr std::uint32_t kEmptyKey = 0xFFFFFFFFu;
 constexpr int kThreads = 256;
 constexpr int kCounterWords = 4;
-
-std::size_t align_up(std::size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 
 std::uint32_t next_pow2(std::uint64_t n) {
   std::uint64_t p = 1;
@@ -232,15 +230,40 @@ std::int64_t slots_of(const SparseAttentionParams& direct, int source) {
   return source < direct.num_sources ? direct.source[source].num_slots : 0;
 }
 
+// Every slot of the call's caches: main's, then extra's.
+std::int64_t pool_slots(const SparseAttentionParams& direct) { return slots_of(direct, 0) + slots_of(direct, 1); }
+
+// Where each staging buffer starts, from the start of the staging workspace: the one
+// list that both the size and the carving read.
+struct StagingOffsets {
+  std::size_t counters, cell_keys, cell_rows, row_keys, rows, indices, lengths, end;
+};
+
+StagingOffsets staging_offsets(const StagingLayout& layout) {
+  std::size_t at = 0;
+  auto take = [&at](std::size_t bytes) {
+    const std::size_t start = at;
+    at += align_workspace(bytes);
+    return start;
+  };
+  const std::size_t cells = layout.table_cells;
+  const std::size_t rows = layout.capacity_rows;
+  const auto entries = static_cast<std::size_t>(layout.num_tokens) * static_cast<std::size_t>(layout.width);
+  StagingOffsets o{};
+  o.counters = take(kCounterWords * sizeof(std::uint32_t));
+  o.cell_keys = take(cells * sizeof(std::uint32_t));
+  o.cell_rows = take(cells * sizeof(std::uint32_t));
+  o.row_keys = take(rows * sizeof(std::uint32_t));
+  o.rows = take(rows * static_cast<std::size_t>(layout.head_dim) * sizeof(std::uint16_t));
+  o.indices = take(entries * sizeof(std::int32_t));
+  o.lengths = take(static_cast<std::size_t>(layout.num_tokens) * sizeof(std::int32_t));
+  o.end = at;
+  return o;
+}
+
 }  // namespace
 
-std::size_t StagingLayout::bytes() const {
-  return align_up(kCounterWords * sizeof(std::uint32_t)) + 2 * align_up(std::size_t{table_cells} * sizeof(std::uint32_t)) +
-         align_up(std::size_t{capacity_rows} * sizeof(std::uint32_t)) +
-         align_up(std::size_t{capacity_rows} * static_cast<std::size_t>(head_dim) * sizeof(std::uint16_t)) +
-         align_up(static_cast<std::size_t>(num_tokens) * static_cast<std::size_t>(width) * sizeof(std::int32_t)) +
-         align_up(static_cast<std::size_t>(num_tokens) * sizeof(std::int32_t));
-}
+std::size_t StagingLayout::bytes() const { return staging_offsets(*this).end; }
 
 StagingLayout staging_layout(std::int64_t num_tokens, int width, int head_dim, std::int64_t max_rows) {
   StagingLayout layout;
@@ -256,21 +279,15 @@ StagingLayout staging_layout(std::int64_t num_tokens, int width, int head_dim, s
 
 StagingBuffers staging_buffers(const StagingLayout& layout, void* workspace) {
   auto* base = static_cast<std::uint8_t*>(workspace);
-  auto take = [&base](std::size_t bytes) {
-    std::uint8_t* at = base;
-    base += align_up(bytes);
-    return at;
-  };
+  const StagingOffsets o = staging_offsets(layout);
   StagingBuffers b;
-  b.counters = reinterpret_cast<std::uint32_t*>(take(kCounterWords * sizeof(std::uint32_t)));
-  b.cell_keys = reinterpret_cast<std::uint32_t*>(take(std::size_t{layout.table_cells} * sizeof(std::uint32_t)));
-  b.cell_rows = reinterpret_cast<std::uint32_t*>(take(std::size_t{layout.table_cells} * sizeof(std::uint32_t)));
-  b.row_keys = reinterpret_cast<std::uint32_t*>(take(std::size_t{layout.capacity_rows} * sizeof(std::uint32_t)));
-  b.rows = reinterpret_cast<std::uint16_t*>(
-      take(std::size_t{layout.capacity_rows} * static_cast<std::size_t>(layout.head_dim) * sizeof(std::uint16_t)));
-  b.indices = reinterpret_cast<std::int32_t*>(
-      take(static_cast<std::size_t>(layout.num_tokens) * static_cast<std::size_t>(layout.width) * sizeof(std::int32_t)));
-  b.lengths = reinterpret_cast<std::int32_t*>(take(static_cast<std::size_t>(layout.num_tokens) * sizeof(std::int32_t)));
+  b.counters = reinterpret_cast<std::uint32_t*>(base + o.counters);
+  b.cell_keys = reinterpret_cast<std::uint32_t*>(base + o.cell_keys);
+  b.cell_rows = reinterpret_cast<std::uint32_t*>(base + o.cell_rows);
+  b.row_keys = reinterpret_cast<std::uint32_t*>(base + o.row_keys);
+  b.rows = reinterpret_cast<std::uint16_t*>(base + o.rows);
+  b.indices = reinterpret_cast<std::int32_t*>(base + o.indices);
+  b.lengths = reinterpret_cast<std::int32_t*>(base + o.lengths);
   return b;
 }
 
@@ -293,7 +310,7 @@ cudaError_t launch_row_staging(KvFormat format, const SparseAttentionParams& dir
 }
 
 bool pool_fits(const SparseAttentionParams& direct, const StagingLayout& layout) {
-  return slots_of(direct, 0) + slots_of(direct, 1) <= layout.capacity_rows;
+  return pool_slots(direct) <= layout.capacity_rows;
 }
 
 bool whole_pool_pays(const SparseAttentionParams& direct, const StagingLayout& layout) {
@@ -301,14 +318,13 @@ bool whole_pool_pays(const SparseAttentionParams& direct, const StagingLayout& l
   // per row (ncu, PFD-V32-h128 131K: 240 us for 8.4 M entries, 153 us for 131 K rows;
   // docs/PERF.md); 32 leans towards the one pass.
   constexpr std::int64_t kEntriesPerRow = 32;
-  const std::int64_t slots = slots_of(direct, 0) + slots_of(direct, 1);
-  return pool_fits(direct, layout) && slots * kEntriesPerRow <= layout.num_tokens * layout.width;
+  return pool_fits(direct, layout) && pool_slots(direct) * kEntriesPerRow <= layout.num_tokens * layout.width;
 }
 
 cudaError_t launch_pool_staging(KvFormat format, const SparseAttentionParams& direct, const StagingLayout& layout,
                                 const StagingBuffers& buffers, cudaStream_t stream) {
   StagingKernelParams params{direct, layout, buffers};
-  params.pool_rows = static_cast<std::uint32_t>(slots_of(direct, 0) + slots_of(direct, 1));
+  params.pool_rows = static_cast<std::uint32_t>(pool_slots(direct));
   if (params.pool_rows == 0) return cudaSuccess;
   return launch_expand(format, params, params.pool_rows, stream);
 }

@@ -26,6 +26,7 @@
 
 #include "smla/numeric.h"
 #include "src/cuda/common/current_device.h"
+#include "src/cuda/common/workspace_align.h"
 #include "src/runtime/layer/layer_ops.h"
 
 namespace smla {
@@ -49,7 +50,6 @@ constexpr int kSelectWarps = kSelectThreads / 32;
 constexpr int kRadixBins = 256;
 constexpr std::uint32_t kUnselectable = 0;
 constexpr std::uint32_t kNanKey = 1;
-constexpr std::size_t kWorkspaceAlignment = 256;
 static_assert(kCodesPerThread % 16 == 0 && kEntryTile * (kDim / kCodesPerThread) == kLogitThreads);
 static_assert(kHeadsPerThread == 2 && kEntriesPerThread == 4);
 
@@ -307,7 +307,7 @@ __global__ void __launch_bounds__(kSelectThreads) indexer_select_kernel(const To
 
 std::size_t workspace_bytes_for(std::int64_t tokens, std::int64_t capacity) {
   const std::size_t bytes = static_cast<std::size_t>(tokens * capacity) * sizeof(std::uint32_t);
-  return (bytes + kWorkspaceAlignment - 1) / kWorkspaceAlignment * kWorkspaceAlignment;
+  return cuda::align_workspace(bytes);
 }
 
 // fmt does not build in nvcc's host pass: messages are put together here ("{}" = next argument).

@@ -15,6 +15,7 @@
 #include "smla/kv_format.h"
 #include "src/cuda/common/cublaslt_gemm.h"
 #include "src/cuda/common/current_device.h"
+#include "src/cuda/common/workspace_align.h"
 #include "src/cuda/layer/output_projection_kernels.h"
 #include "src/runtime/layer/layer_ops.h"
 
@@ -22,9 +23,6 @@ namespace smla {
 namespace {
 
 constexpr std::int64_t kHeadDim = V4Fp8Format::kHeadDim;
-constexpr std::size_t kAlignment = 256;
-
-std::size_t align_up(std::size_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
 
 using layer_cuda::OutputShape;
 
@@ -38,9 +36,9 @@ DType gemm_dtype(const OutputProjectionArgs& args) { return args.wo_a.dtype; }
 WorkspaceLayout workspace_layout(const OutputProjectionArgs& args, const OutputShape& shape) {
   const std::size_t element = dtype_size(gemm_dtype(args));
   WorkspaceLayout layout;
-  layout.z_offset = align_up(static_cast<std::size_t>(shape.tokens * shape.heads * kHeadDim) * element);
+  layout.z_offset = cuda::align_workspace(static_cast<std::size_t>(shape.tokens * shape.heads * kHeadDim) * element);
   layout.cublas_offset =
-      layout.z_offset + align_up(static_cast<std::size_t>(shape.tokens * shape.groups * shape.rank) * element);
+      layout.z_offset + cuda::align_workspace(static_cast<std::size_t>(shape.tokens * shape.groups * shape.rank) * element);
   layout.total = layout.cublas_offset + cuda::kCublasLtWorkspaceBytes;
   return layout;
 }
