@@ -5,7 +5,7 @@
 # VARIANT is "NAME@DIR" (DIR's tree copied over src/cuda, subfolders included) or
 # "NAME:FILE:SED" (the sed expression applied to src/cuda/FILE). Each variant is
 # built incrementally, its GPU tests run, timed on the decode cases that matter (b = 128,
-# or AB_DECODE="LABEL..." at each batch size of AB_B, e.g. AB_B="2 128") and the prefill cases of AB_PREFILL (a label filter, empty for none),
+# or AB_DECODE="LABEL..." at each batch size of AB_B, e.g. AB_B="2 128"; AB_DECODE="" for none) and the prefill cases of AB_PREFILL (a label filter, empty for none),
 # then src/cuda is restored (build/gpu then holds the last variant's objects until the
 # next build); "current" (the tree as carried) is timed first.
 set -uo pipefail
@@ -20,7 +20,7 @@ bench() { build/gpu/bench/cuda/smla_bench_cuda --runs 20 --warmup 3 --check-max-
 time_set() {
   {
     for b in ${AB_B:-128}; do
-      for filter in ${AB_DECODE:-CONFIG TP-h32 V3.2}; do bench --no-prefill --filter "$filter" --b "$b"; done
+      for filter in ${AB_DECODE-CONFIG TP-h32 V3.2}; do bench --no-prefill --filter "$filter" --b "$b"; done
     done
     [[ -n "${AB_PREFILL:-}" ]] && bench --no-decode --filter "$AB_PREFILL"
   } 2>&1 | grep -vE "^(device|mma|cuBLASLt|case|prefill|$)" | sed "s/^/$1 /" | tee -a "$out/ab.log"

@@ -40,7 +40,9 @@ template <class Args>
 class PlannedAttention {
  public:
   explicit PlannedAttention(const Args& args)
-      : args_(args), context_(value_or_throw(Context::create(Backend::kCuda))), plan_(make_plan()),
+      : PlannedAttention(args, value_or_throw(TuningOptions::from_environment())) {}
+  PlannedAttention(const Args& args, const TuningOptions& tuning)
+      : args_(args), context_(value_or_throw(Context::create(Backend::kCuda, tuning))), plan_(make_plan()),
         workspace_(plan_.workspace_bytes()) {
     context_.set_workspace(workspace_.data(), plan_.workspace_bytes());
   }

@@ -169,7 +169,9 @@ DirectTimings run_direct(const PrefillCase& c, KvFormat format, int d_qk, int wa
   args.out = TensorView::contiguous(out.data(), DType::kBF16, {c.s_q, c.h_q, 512}, device);
   args.lse = TensorView::contiguous(lse.data(), DType::kF32, {c.s_q, c.h_q}, device);
   DirectTimings timings;
-  timings.attention = time_case(warmup, runs, PlannedAttention<SparseDecodeArgs>(args));
+  TuningOptions tuning = value_or_throw(TuningOptions::from_environment());
+  if (c.staging_rows > 0) tuning.sm90_staging_rows = c.staging_rows;
+  timings.attention = time_case(warmup, runs, PlannedAttention<SparseDecodeArgs>(args, tuning));
   std::vector<StagedRows> staged;
   if (v4) {
     const std::int32_t compressed = static_cast<std::int32_t>(std::max(c.s_kv / c.compress_ratio, c.topk));
@@ -201,6 +203,7 @@ std::vector<PrefillCase> load_prefill_cases(const std::string& path) {
     c.topk = j.at("topk");
     c.window = j.value("window", 0);
     c.compress_ratio = j.value("compress_ratio", 4);
+    c.staging_rows = j.value("staging_rows", std::int64_t{-1});
     c.peer_us = j.value("peer_us", 0.0);
     if (c.mode != "flat" && c.mode != "direct") throw std::runtime_error("prefill case mode must be flat or direct");
     cases.push_back(c);
@@ -232,7 +235,8 @@ nlohmann::json run_prefill_case(const PrefillCase& c, int warmup, int runs, std:
   const double flop = 2.0 * attended * static_cast<double>(c.h_q) * (d_qk + 512);
   const double tflops = flop / (timing.median_us * 1e-6) / 1e12;
   return {{"label", c.label}, {"mode", c.mode}, {"format", c.format}, {"s_q", c.s_q}, {"h_q", c.h_q},
-          {"s_kv", c.s_kv}, {"topk", c.topk}, {"window", window}, {"median_us", timing.median_us},
+          {"s_kv", c.s_kv}, {"topk", c.topk}, {"window", window}, {"staging_rows", c.staging_rows},
+          {"median_us", timing.median_us},
           {"min_us", timing.min_us}, {"max_us", timing.max_us}, {"runs", runs}, {"flop", flop},
           {"tflops", tflops}, {"pct_mma_sync_ceiling", 100.0 * tflops / ceiling_tflops},
           {"pct_datasheet_bf16", 100.0 * tflops / kDatasheetBf16Tflops}, {"peer_us", c.peer_us},

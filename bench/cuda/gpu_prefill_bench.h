@@ -23,6 +23,7 @@ struct PrefillCase {
   std::int64_t topk = 512;        // random distinct entries (flat: of s_kv; direct V4: of the compressed cache)
   std::int64_t window = 0;        // direct V4: sliding-window entries before each token
   std::int64_t compress_ratio = 4;  // direct V4: compressed cache holds s_kv / ratio entries
+  std::int64_t staging_rows = -1;   // direct: TuningOptions::sm90_staging_rows (a buffer the call overflows)
   double peer_us = 0.0;
 };
 

@@ -58,12 +58,34 @@ struct StagingKernelParams {
 // are a chain of dependent loads (index, then cell), so they run on latency.
 constexpr int kBatch = 4;
 
+// Set once the call names more distinct keys than the buffer holds: the passes
+// stop, and the direct kernel computes the call.
+__device__ __forceinline__ bool set_overflowed(const StagingKernelParams& p) {
+  return __ldcg(&p.buffers.counters[kTableFull]) != 0;
+}
+
+// Probes after which an insert looks at the overflow word: the set is at most half
+// full while the call fits, so a key takes about one probe; a set that filled up
+// made every later insert probe the whole table (a call that did not fit took 10x
+// the direct kernel's time, docs/PERF.md).
+constexpr std::uint32_t kProbesBeforeOverflowCheck = 8;
+
 __device__ __forceinline__ void insert_key(const StagingKernelParams& p, std::uint32_t key, std::uint32_t cell,
                                            std::uint32_t seen) {
   const std::uint32_t cells = p.layout.table_cells;
   for (std::uint32_t probe = 0; probe < cells; ++probe) {
-    if (seen == kEmptyKey) seen = atomicCAS(&p.buffers.cell_keys[cell], kEmptyKey, key);
-    if (seen == kEmptyKey || seen == key) return;
+    if (seen == kEmptyKey) {
+      seen = atomicCAS(&p.buffers.cell_keys[cell], kEmptyKey, key);
+      if (seen == kEmptyKey) {
+        // The key one past the buffer's rows: the call does not fit.
+        if (atomicAdd(&p.buffers.counters[kMarkedKeys], 1u) >= p.layout.capacity_rows) {
+          atomicExch(&p.buffers.counters[kTableFull], 1u);
+        }
+        return;
+      }
+    }
+    if (seen == key) return;
+    if (probe >= kProbesBeforeOverflowCheck && set_overflowed(p)) return;
     cell = (cell + 1) & (cells - 1);
     seen = p.buffers.cell_keys[cell];
   }
@@ -82,6 +104,7 @@ __global__ void __launch_bounds__(kThreads) mark_keys_kernel(const __grid_consta
       const int j = first + b * kThreads;
       slots[b] = j < n ? attended_slot(src, token, j) : -1;
     }
+    if (set_overflowed(p)) return;  // read beside the indices: one latency for both
     std::uint32_t cells[kBatch];
     std::uint32_t seen[kBatch];
     for (int b = 0; b < kBatch; ++b) {
@@ -96,6 +119,7 @@ __global__ void __launch_bounds__(kThreads) mark_keys_kernel(const __grid_consta
 
 // Numbers every occupied cell: its key's staging row, and the row's key.
 __global__ void __launch_bounds__(kThreads) number_keys_kernel(const __grid_constant__ StagingKernelParams p) {
+  if (set_overflowed(p)) return;
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const std::uint32_t cells = p.layout.table_cells;
   const std::uint32_t stride = gridDim.x * kThreads;

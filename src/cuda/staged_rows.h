@@ -50,7 +50,7 @@ struct StagingBuffers {
   std::uint32_t* cell_keys = nullptr;   // [table_cells]: source << 31 | slot, or empty
   std::uint32_t* cell_rows = nullptr;   // [table_cells]: the key's staging row
   std::uint32_t* row_keys = nullptr;    // [capacity_rows]: the key of each staging row
-  std::uint32_t* counters = nullptr;    // kStagedRows, kTableFull, kGate
+  std::uint32_t* counters = nullptr;    // kStagedRows, kTableFull, kGate, kMarkedKeys
   std::uint16_t* rows = nullptr;        // [capacity_rows, head_dim] bf16 bits
   std::int32_t* indices = nullptr;      // [num_tokens, width] staging rows, -1 where nothing is read
   std::int32_t* lengths = nullptr;      // [num_tokens]
@@ -58,8 +58,9 @@ struct StagingBuffers {
 StagingBuffers staging_buffers(const StagingLayout& layout, void* workspace);
 
 inline constexpr int kStagedRows = 0;  // counters[]: distinct keys numbered (may exceed capacity_rows)
-inline constexpr int kTableFull = 1;   // 1 when a key found no free cell
+inline constexpr int kTableFull = 1;   // 1 once the set holds more keys than capacity_rows (or one found no cell)
 inline constexpr int kGate = 2;        // 0: staged, the copying kernel runs; 1: over capacity, the direct one
+inline constexpr int kMarkedKeys = 3;  // keys the mark pass inserted
 
 // Enqueues the four passes for the keys of `direct` (the call's params, paged
 // FP8 sources of `format`, a tiled format: V4 or V3.2).
