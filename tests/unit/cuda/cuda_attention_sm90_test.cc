@@ -280,7 +280,8 @@ KernelChoice staged_choice(std::int64_t staging_rows) {
 }
 
 // Staged FP8 rows at the edge of the staging buffer: a call naming one row more
-// than the buffer holds runs the direct kernel (the gate, decided on the device),
+// than the buffer holds, or many more (a buffer of one row: the mark pass stops at
+// the second key), runs the direct kernel (the gate, decided on the device),
 // one that fits runs the copying kernel over the staged rows; both match the
 // reference. Two sources with odd pages, invalid and out-of-range indices, random
 // lengths and strided views (V4), and V3.2's one source.
