@@ -312,10 +312,10 @@ __device__ __forceinline__ void run_alternating_consumer(const SparseAttentionPa
     issue_pv_from_registers(o, probabilities, own_v);
 
     if constexpr (!kOdd) {
-      wgmma_wait<0>();
-      pin_registers(o);
-      mbarrier_arrive(barriers.empty(0, 0));  // buffer 0, left: even was its last reader
-      // The pair's max: P and what was accumulated move to it.
+      // The pair's max, while that P V runs: P at it goes to odd from the f32
+      // weights in s (one rounding), not from the registers the wgmma reads, so
+      // odd's P V of it does not wait for even's own to finish (ncu: even waited
+      // for its P V here and odd for even's P, each a few percent of the loop).
       mbarrier_wait(barriers.hand_off(kPairMaxReady), parity);
       float beta[2];
 #pragma unroll
@@ -324,30 +324,28 @@ __device__ __forceinline__ void run_alternating_consumer(const SparseAttentionPa
         beta[h] = step.alpha;
         row_sum[h] *= beta[h];
       }
-      // P to the pair's max from its bf16 form (a second rounding, within bf16 P's own
-      // error): keeping the 32 f32 values through the P V cost registers.
 #pragma unroll
-      for (int step = 0; step < 4; ++step) {
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const __nv_bfloat162 pair_p = *reinterpret_cast<const __nv_bfloat162*>(&probabilities[step][r]);
-          const float factor = beta[r % 2];  // r even: row row0, odd: row0 + 8
-          probabilities[step][r] = pack_bf16(__low2float(pair_p) * factor, __high2float(pair_p) * factor);
-        }
-      }
-      store_probabilities(own_p, probabilities, warp, lane);
+      for (int i = 0; i < 32; ++i) s[i] *= beta[(i % 4) / 2];
+      Probabilities pair_probabilities;
+      pack_probabilities(s, pair_probabilities);
+      store_probabilities(own_p, pair_probabilities, warp, lane);
       fence_view_async_shared();
       mbarrier_arrive(barriers.hand_off(kEvenPReady));
+      wgmma_wait<0>();
+      pin_registers(o);
+      mbarrier_arrive(barriers.empty(0, 0));  // buffer 0, left: even was its last reader
       rescale_changed_rows(o, beta[0], beta[1]);
     } else {
       store_probabilities(own_p, probabilities, warp, lane);
+      // Odd's P is all even's P V of it needs (buffer 1's left half it waits on
+      // itself): released before odd waits for even's P, so neither waits on a round trip.
+      fence_view_async_shared();
+      mbarrier_arrive(barriers.hand_off(kOddPReady));
       mbarrier_wait(barriers.hand_off(kEvenPReady), parity);
       // Buffer 0's right half landed before even's Q K^T, and cannot be refilled before odd releases it.
       mbarrier_wait(barriers.full(0, 1), parity);
       fence_view_async_shared();
       issue_pv_from_shared(o, partner_p, partner_v);
-      fence_view_async_shared();  // odd's P (stored above) for even's wgmma
-      mbarrier_arrive(barriers.hand_off(kOddPReady));
       wgmma_wait<1>();
       mbarrier_arrive(barriers.empty(1, 1));  // buffer 1, right
       wgmma_wait<0>();
