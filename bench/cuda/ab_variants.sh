@@ -25,6 +25,14 @@ time_set() {
     [[ -n "${AB_PREFILL:-}" ]] && bench --no-decode --filter "$AB_PREFILL"
   } 2>&1 | grep -vE "^(device|mma|cuBLASLt|case|prefill|$)" | sed "s/^/$1 /" | tee -a "$out/ab.log"
 }
+# "current" is the carried tree: after an earlier ab_variants.sh on a warm machine build/gpu
+# holds that run's last variant (and no source manifest), so rebuild the carried tree first.
+[[ -f build/gpu/.source-md5 ]] || find src/cuda -type f -exec touch {} +
+if ! cmake --build build/gpu -j "$(nproc)" --target smla_bench_cuda cuda_attention_test >"$build_log" 2>&1; then
+  echo "current: BUILD FAILED" | tee -a "$out/ab.log"
+  tail -5 "$build_log"
+  exit 1
+fi
 time_set current
 for variant in "$@"; do
   name=${variant%%[@:]*}

@@ -7,7 +7,8 @@
 # Needs build/gpu/bench/cuda/smla_bench_cuda (scripts/gpu-check.sh) and the peer harness
 # built by .peer/run.sh (/tmp/flashmla_peer_build/bench_flashmla). The first matching launch
 # of each is profiled (a warm-up run of the case).
-# Everything goes into OUT_DIR/ncu.tar.gz (the device tool returns at most 8 files).
+# Everything goes into OUT_DIR/ncu.tar.gz (the device tool returns at most 8 files), with
+# NAME.summary.txt (bench/cuda/ncu_sass_summary.py: stall samples by reason, region, instruction).
 set -uo pipefail
 final_out=$1 smla_filter=$2 peer_case=$3
 out=$(mktemp -d)
@@ -30,6 +31,8 @@ profile() {  # name kernel_regex command...
   "$ncu" -i "/tmp/$name.ncu-rep" --page source --csv --print-source sass >"$out/$name.sass.csv" 2>&1
   grep -E "Duration|Elapsed Cycles|Throughput|gmma|wavefronts|bank|Stall|Issue Slot|Registers|Warp Cycles" \
     "$out/$name.details.txt" | head -40
+  python3 "$(dirname "$0")/ncu_sass_summary.py" "$out/$name.sass.csv" >"$out/$name.summary.txt" 2>&1
+  head -30 "$out/$name.summary.txt"
 }
 profile smla "$smla_kernel" build/gpu/bench/cuda/smla_bench_cuda --no-decode --filter "$smla_filter" --runs 1 \
   --warmup 0 --json /dev/null
