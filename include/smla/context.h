@@ -63,6 +63,12 @@ struct TuningOptions {
   // naming more distinct rows runs the direct kernel instead, decided on the
   // device. SMLA_SM90_STAGING_ROWS (a positive integer).
   std::int64_t sm90_staging_rows = -1;
+  // sm90 kernel of copied rows (bf16 caches, the flat prefill workspace, staged
+  // rows): at most this many CTAs, each running (token, head block, split)
+  // blocks one after another, so a CTA's next block starts loading while its
+  // last finishes. -1: one per SM; 0: a CTA per block. SMLA_SM90_PERSISTENT_CTAS
+  // (0 or a positive integer).
+  int sm90_persistent_ctas = -1;
   // cpu backend: threads an op runs on, the calling thread included; 0 = one
   // per CPU this process may run on. Results never depend on it.
   // SMLA_NUM_THREADS (a positive integer).

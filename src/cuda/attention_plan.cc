@@ -258,6 +258,7 @@ Expected<AttentionPlan> plan_attention(KernelFamily family, const AttentionShape
   const std::int64_t tiles = std::max<std::int64_t>((shape.num_keys + kKeysPerTile - 1) / kKeysPerTile, 1);
   plan.num_splits = static_cast<int>(std::clamp<std::int64_t>(std::min(slots / blocks, tiles), 1, kMaxSplits));
   plan.prefetch_rows = prefetch_rows_wanted(blocks * plan.num_splits, slots, tuning.sm90_prefetch);
+  plan.flags.persistent_ctas = tuning.sm90_persistent_ctas < 0 ? static_cast<int>(slots) : tuning.sm90_persistent_ctas;
   plan.chain_combine = plan.num_splits > 1 && device.compute_capability >= 90;
   plan.workspace_bytes = planned_workspace_bytes(plan, shape);
   if (family == KernelFamily::kSm90) {

@@ -53,6 +53,9 @@ static_assert(rows_stored_as_bf16(loader_kind(KvFormat::kBf16Rows)) && !rows_sto
 struct LaunchFlags {
   bool pair_head_blocks = true;  // h_q 65..128: the two head blocks of a token as a CTA pair
   bool token_major = true;       // a token's head blocks start together
+  // sm90 kernel of copied rows: at most this many CTAs, each running blocks of the
+  // grid one after another (0: a CTA per block).
+  int persistent_ctas = 0;
 };
 
 struct AttentionVariant {

@@ -88,6 +88,11 @@ Expected<TuningOptions> TuningOptions::from_environment() {
     if (!count) return bad_variable("SMLA_SM90_STAGING_ROWS", "a positive integer (rows of the staging buffer)", rows);
     options.sm90_staging_rows = *count;
   }
+  if (const char* ctas = std::getenv("SMLA_SM90_PERSISTENT_CTAS"); ctas != nullptr && *ctas != '\0') {
+    auto count = std::string_view(ctas) == "0" ? std::optional<int>(0) : positive_int(ctas);
+    if (!count) return bad_variable("SMLA_SM90_PERSISTENT_CTAS", "0 or a positive integer (CTAs at most)", ctas);
+    options.sm90_persistent_ctas = *count;
+  }
   if (const char* order = std::getenv("SMLA_SM90_BLOCK_ORDER"); order != nullptr && *order != '\0') {
     const std::string_view text(order);
     if (text != "grid" && text != "token") return bad_variable("SMLA_SM90_BLOCK_ORDER", "grid or token", text);

@@ -120,17 +120,20 @@ struct TileKeys {
 };
 
 // One half (units [kFirst, kEnd) of every row part: a column range) of K buffer
-// `buffer` for pair `pair`: wait for its release in the previous pair, copy, arrive
+// `buffer` for a pair of tiles of parity `parity` (the CTA's pairs counted over its
+// work items, so the barriers' phases carry on from one item to the next): wait
+// for its release in the previous pair (the CTA's first pair waits on the parity
+// before the barrier's first phase, which passes at once), copy, arrive
 // on FULL when the copies land. Buffer 0 is filled left half first, buffer 1 right
 // half first; that first half also carries the buffer's validity flags.
 template <class Loader, int kFirst, int kEnd, int kRounds>
-__device__ __forceinline__ void fill_half(std::uint8_t* smem, int pair, int buffer, const TileKeys<kRounds>& keys,
+__device__ __forceinline__ void fill_half(std::uint8_t* smem, int parity, int buffer, const TileKeys<kRounds>& keys,
                                           int part, int thread, std::uint64_t l2_policy) {
   using Layout = Sm90Layout<Loader::kDim>;
   constexpr int kKeysPerRound = 128 / Loader::kParts;
   constexpr int kHalf = kFirst == 0 ? 0 : 1;
   const HalfBarriers<Loader::kDim> barriers{smem};
-  if (pair > 0) mbarrier_wait(barriers.empty(buffer, kHalf), (pair - 1) & 1);
+  mbarrier_wait(barriers.empty(buffer, kHalf), parity ^ 1);
   std::uint8_t* k_tile = smem + Layout::kK + buffer * Layout::kTileBytes;
   int* valid_s = reinterpret_cast<int*>(smem + Layout::kValid);
   const bool with_flags = buffer == kHalf;
@@ -148,9 +151,11 @@ __device__ __forceinline__ void fill_half(std::uint8_t* smem, int pair, int buff
 // The producer: per pair of tiles, buffer 0 left, buffer 1 right, buffer 0 right,
 // buffer 1 left, each once its last reader released it in the previous pair.
 // (The sm90 kernel never packs tokens: a key's source follows from its position.)
+// first_parity: of the pairs this CTA ran for its earlier work items (their count's).
 template <class Loader>
 __device__ __forceinline__ void run_alternating_producer(const SparseAttentionParams& p, std::uint8_t* smem, int token,
-                                                         int begin, int end, int n_main, int num_pairs, int thread) {
+                                                         int begin, int end, int n_main, int num_pairs,
+                                                         int first_parity, int thread) {
   constexpr int kKeysPerRound = 128 / Loader::kParts;
   constexpr int kRounds = kKeys / kKeysPerRound;
   const int part = Loader::part_of(thread);
@@ -182,13 +187,14 @@ __device__ __forceinline__ void run_alternating_producer(const SparseAttentionPa
   request_tile(0, even);
   request_tile(1, odd);
   for (int pair = 0; pair < num_pairs; ++pair) {
+    const int parity = (first_parity + pair) & 1;
     resolve_tile(2 * pair, even);
     resolve_tile(2 * pair + 1, odd);
-    fill_half<Loader, 0, kLeftUnits>(smem, pair, 0, even, part, thread, l2_policy);
-    fill_half<Loader, kLeftUnits, Loader::kUnitsPerPart>(smem, pair, 1, odd, part, thread, l2_policy);
-    fill_half<Loader, kLeftUnits, Loader::kUnitsPerPart>(smem, pair, 0, even, part, thread, l2_policy);
+    fill_half<Loader, 0, kLeftUnits>(smem, parity, 0, even, part, thread, l2_policy);
+    fill_half<Loader, kLeftUnits, Loader::kUnitsPerPart>(smem, parity, 1, odd, part, thread, l2_policy);
+    fill_half<Loader, kLeftUnits, Loader::kUnitsPerPart>(smem, parity, 0, even, part, thread, l2_policy);
     request_tile(2 * pair + 2, even);
-    fill_half<Loader, 0, kLeftUnits>(smem, pair, 1, odd, part, thread, l2_policy);
+    fill_half<Loader, 0, kLeftUnits>(smem, parity, 1, odd, part, thread, l2_policy);
     request_tile(2 * pair + 3, odd);
   }
 }
@@ -221,10 +227,14 @@ __device__ __forceinline__ void issue_score_steps(float (&s)[32], std::uint64_t 
   }
 }
 
-// One consumer warpgroup of the alternating scheme. kOdd: tiles 1, 3, ... and O columns 256-511.
+// One consumer warpgroup of the alternating scheme, one work item. kOdd: tiles 1, 3,
+// ... and O columns 256-511. first_parity as for the producer. On return every K
+// half is released and both warpgroups are done with the Q tile (the next item's Q
+// may be requested).
 template <class Loader, bool kOdd>
 __device__ __forceinline__ void run_alternating_consumer(const SparseAttentionParams& p, std::uint8_t* smem, int token,
-                                                         int head0, int split, int num_pairs, int thread) {
+                                                         int head0, int split, int num_pairs, int first_parity,
+                                                         int thread) {
   using Layout = Sm90Layout<Loader::kDim>;
   constexpr int kOwn = kOdd ? 1 : 0;  // this warpgroup's K buffer, and its half of O's columns
   constexpr int kPartner = 1 - kOwn;
@@ -263,7 +273,7 @@ __device__ __forceinline__ void run_alternating_consumer(const SparseAttentionPa
   };
 
   for (int pair = 0; pair < num_pairs; ++pair) {
-    const int parity = pair & 1;
+    const int parity = (first_parity + pair) & 1;
     float s[32];
     if constexpr (kOdd) {  // the right half lands first
       issue_score_steps<Loader::kDim, kLeftSteps, kSteps>(s, q_desc, k_desc, barriers.full(1, 1), parity, true);
@@ -355,9 +365,10 @@ __device__ __forceinline__ void run_alternating_consumer(const SparseAttentionPa
   }
 
   if constexpr (!kOdd) {
-    issue_partner_pv((num_pairs - 1) & 1);
+    issue_partner_pv((first_parity + num_pairs - 1) & 1);
     wgmma_wait<0>();
     pin_registers(o);
+    mbarrier_arrive(barriers.empty(1, 0));  // buffer 1, left: the next item's first pair may fill it
   }
 
   // Row statistics: each warpgroup's sums over its tiles meet; even publishes.
@@ -375,8 +386,151 @@ __device__ __forceinline__ void run_alternating_consumer(const SparseAttentionPa
     publish_block_rows<Loader::kDim>(p, smem, token, head0, split, row0, lane, row_max, row_total);
   }
   named_barrier_sync(kConsumers, kConsumerThreads);
+  // The output's addresses are formed from a lane the compiler cannot see through:
+  // hoisted out of a persistent CTA's loop over work items, they took registers
+  // that the loop over pairs needs (ptxas spilled them, and the reloads missed L1).
+  int output_lane = lane;
+  asm volatile("" : "+r"(output_lane));
   write_output_half<Loader::kDim>(p, o, smem, token, head0, split, kOwn,
-                                  reinterpret_cast<const float*>(smem + Layout::kRowMax), sum_s, warp, lane);
+                                  reinterpret_cast<const float*>(smem + Layout::kRowMax), sum_s, warp, output_lane);
+  // The staged output's reads of the Q tile (and of the row statistics), before the
+  // next item's Q arrives there through the async proxy.
+  fence_view_async_shared();
+  named_barrier_sync(kConsumers, kConsumerThreads);
 }
 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
+
+// The work items of one launch of the alternating kernel: the (token, head block,
+// split) blocks a grid of tokens x head_blocks x splits would start, one item each
+// (at most INT_MAX of them: the launch checks).
+struct WorkGrid {
+  int tokens;
+  int head_blocks;
+  int splits;
+  __host__ __device__ int items() const { return tokens * head_blocks * splits; }
+};
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+struct WorkItem {
+  int token;
+  int head0;
+  int split;
+};
+// Item `index`, numbered as the blocks of that grid start (x fastest);
+// kTokenMajor: a token's head blocks in a row, so the second finds the rows in L2.
+template <bool kTokenMajor>
+__device__ __forceinline__ WorkItem work_item(const WorkGrid& work, int index) {
+  const int per_split = work.tokens * work.head_blocks;
+  const int split = index / per_split;
+  const int block = index - split * per_split;
+  if constexpr (kTokenMajor) return {block / work.head_blocks, block % work.head_blocks * kRows, split};
+  return {block % work.tokens, block / work.tokens * kRows, split};
+}
+#endif
+
+// The kernel of copied rows (bf16 caches, the flat prefill workspace, staged FP8
+// rows): CTA c runs items c, c + gridDim.x, ... of `work`. A grid of fewer CTAs than
+// items (persistent: one per SM) keeps each CTA's barriers, registers and
+// producer across its items: the producer fills the next item's first pair of
+// tiles while the consumers finish the last, and the next item's Q is requested
+// as soon as they are done with this one's, so a short key list no longer pays a
+// CTA start and the first row gathers per item (docs/cuda_sm90.md).
+template <class Loader, bool kTokenMajor>
+__global__ void __launch_bounds__(kThreads, 1)
+    sm90_alternating_kernel(const __grid_constant__ SparseAttentionParams p, const WorkGrid work) {
+  static_assert(Loader::kCopiesRows);
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  allow_dependent_launch();
+  // Staged FP8 rows: of the copying grid and the direct one, only the one the staging chose works.
+  if (p.run_gate != nullptr && *p.run_gate != p.run_gate_value) return;
+  using Layout = Sm90Layout<Loader::kDim>;
+  extern __shared__ __align__(16) std::uint8_t smem_raw[];
+  std::uint8_t* smem = aligned_shared_memory(smem_raw);
+  const int tid = static_cast<int>(threadIdx.x);
+  if (tid == 0) {
+    if (p.q_by_tensor_map) prefetch_tensor_map(p.q_tensor_map);  // fetched while the barriers are set up
+    mbarrier_init(smem_address(smem + Layout::kQueryLoaded), 1);
+    init_half_barriers<Loader::kDim>(smem);
+    fence_mbarrier_init_cluster();  // the barriers, before tensor loads (async proxy) complete on one
+  }
+  __syncthreads();
+
+  // Each warpgroup walks the same items (skip: those whose split has no keys). Its
+  // register budget is set once, ahead of its own loop (ptxas keeps a setmaxnreg
+  // only where the code after it is one warpgroup's). What a loop carries from
+  // item to item is kept to two bits: the consumers' registers are all O's and S's.
+  auto for_each_item = [&](auto&& run, auto&& skip) {
+    int pair_parity = 0;   // of the item's first pair of tiles (the K barriers' phases)
+    int query_parity = 0;  // kQueryLoaded's phase: every item has a Q load, an empty one too
+    for (int index = static_cast<int>(blockIdx.x); index < work.items();
+         index = work.items() - index > static_cast<int>(gridDim.x) ? index + static_cast<int>(gridDim.x) : work.items()) {
+      const WorkItem item = work_item<kTokenMajor>(work, index);
+      const SplitKeys keys = split_keys(p, item.token, item.split);
+      if (keys.begin >= keys.end) {
+        write_empty_split_rows<kRows, kThreads>(p, item.split, tid, HeadBlockRows{p, item.token, item.head0});
+        skip(index, query_parity);
+      } else {
+        const int num_pairs = ((keys.end - keys.begin + kKeys - 1) / kKeys + 1) / 2;  // odd counts: an empty tile
+        run(index, item, keys, num_pairs, pair_parity, query_parity);
+        pair_parity ^= num_pairs & 1;
+      }
+      query_parity ^= 1;
+    }
+  };
+  // The Q tile by the tensor map is requested an item ahead, as soon as both
+  // consumer warpgroups are done with the last (the lengths of the item it is for
+  // are not known yet: an empty item's Q is loaded and waited for all the same).
+  auto request_next_query = [&](int index) {
+    if (tid == 0 && p.q_by_tensor_map && work.items() - index > static_cast<int>(gridDim.x)) {
+      const WorkItem next = work_item<kTokenMajor>(work, index + static_cast<int>(gridDim.x));
+      request_query<Loader::kDim>(p, next.token, next.head0, smem);
+    }
+  };
+  auto skip_query = [&](int query_parity) {
+    if (!p.q_by_tensor_map) return;
+    mbarrier_wait(smem_address(smem + Layout::kQueryLoaded), query_parity);
+    named_barrier_sync(kConsumers, kConsumerThreads);  // both warpgroups saw this phase complete
+  };
+  using Budget = RegisterBudget<true>;
+  const int warpgroup = tid / 128;
+  if (warpgroup == 2) {
+    set_registers<Budget::kProducer>();
+    for_each_item(
+        [&](int, const WorkItem& item, const SplitKeys& keys, int num_pairs, int pair_parity, int) {
+          run_alternating_producer<Loader>(p, smem, item.token, keys.begin, keys.end, keys.n_main, num_pairs,
+                                           pair_parity, tid - kConsumerThreads);
+        },
+        [](int, int) {});
+  } else if (warpgroup == 0) {
+    if (tid == 0 && p.q_by_tensor_map) {  // the first item's, before the register hand-over
+      const WorkItem first = work_item<kTokenMajor>(work, static_cast<int>(blockIdx.x));
+      request_query<Loader::kDim>(p, first.token, first.head0, smem);
+    }
+    set_registers<Budget::kScore>();
+    for_each_item(
+        [&](int index, const WorkItem& item, const SplitKeys&, int num_pairs, int pair_parity, int query_parity) {
+          stage_query<Loader::kDim>(p, item.token, item.head0, smem, tid, query_parity);
+          run_alternating_consumer<Loader, false>(p, smem, item.token, item.head0, item.split, num_pairs, pair_parity,
+                                                  tid);
+          request_next_query(index);
+        },
+        [&](int index, int query_parity) {
+          skip_query(query_parity);
+          request_next_query(index);
+        });
+  } else {
+    set_registers<Budget::kValue>();
+    for_each_item(
+        [&](int, const WorkItem& item, const SplitKeys&, int num_pairs, int pair_parity, int query_parity) {
+          stage_query<Loader::kDim>(p, item.token, item.head0, smem, tid, query_parity);
+          run_alternating_consumer<Loader, true>(p, smem, item.token, item.head0, item.split, num_pairs, pair_parity,
+                                                 tid - 128);
+        },
+        [&](int, int query_parity) { skip_query(query_parity); });
+  }
+#else
+  (void)p;  // never launched: the host uses this kernel only on sm_90 devices of an sm_90a build
+  (void)work;
+#endif
+}

@@ -166,11 +166,12 @@ __device__ __forceinline__ void request_query(const SparseAttentionParams& p, in
 }
 
 // Both consumer warpgroups: the Q tile is in shared memory and visible to wgmma.
+// `parity`: of the Q tiles this CTA loaded before (a persistent CTA loads one per work item).
 template <int kDim>
 __device__ __forceinline__ void stage_query(const SparseAttentionParams& p, int token, int head0, std::uint8_t* smem,
-                                            int consumer_thread) {
+                                            int consumer_thread, int parity = 0) {
   if (p.q_by_tensor_map) {
-    mbarrier_wait(smem_address(smem + Sm90Layout<kDim>::kQueryLoaded), 0);
+    mbarrier_wait(smem_address(smem + Sm90Layout<kDim>::kQueryLoaded), parity);
     return;
   }
   load_query<kDim>(p, token, head0, smem + Sm90Layout<kDim>::kQ, consumer_thread);
@@ -686,6 +687,28 @@ __device__ __forceinline__ void run_value_warpgroup(const SparseAttentionParams&
                                   reinterpret_cast<const float*>(smem + Layout::kRowSum), warp, lane);
 }
 
+// The dynamic shared memory, its base aligned to the 1024-byte swizzle atom.
+__device__ __forceinline__ std::uint8_t* aligned_shared_memory(std::uint8_t* smem_raw) {
+  const std::uint32_t raw_address = smem_address(smem_raw);
+  return smem_raw + ((kSwizzleAtomBytes - raw_address % kSwizzleAtomBytes) % kSwizzleAtomBytes);
+}
+
+// The keys [begin, end) of the token's main-then-extra list that split `split`
+// attends, from the length values on the device (n_main: the main source's count).
+struct SplitKeys {
+  int n_main;
+  int begin;
+  int end;
+};
+__device__ __forceinline__ SplitKeys split_keys(const SparseAttentionParams& p, int token, int split) {
+  const int n_main = clamped_length(p.source[0], token);
+  const int n_extra = p.num_sources > 1 ? clamped_length(p.source[1], token) : 0;
+  const int n_keys = n_main + n_extra;
+  const int per_split = ((n_keys + p.num_splits - 1) / p.num_splits + kKeys - 1) / kKeys * kKeys;
+  const int begin = split * per_split;
+  return {n_main, begin, min(n_keys, begin + per_split)};
+}
+
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
 #include "src/cuda/sm90/sm90_alternating.cuh"  // uses the helpers above
@@ -700,6 +723,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_attention_kernel(const __gri
   if (p.run_gate != nullptr && *p.run_gate != p.run_gate_value) return;
   using Layout = Sm90Layout<Loader::kDim>;
   extern __shared__ __align__(16) std::uint8_t smem_raw[];
+  // (Not aligned_shared_memory(): through it ptxas spilled 24 bytes in the FP8-rows kernels.)
   const std::uint32_t raw_address = smem_address(smem_raw);
   std::uint8_t* smem = smem_raw + ((kSwizzleAtomBytes - raw_address % kSwizzleAtomBytes) % kSwizzleAtomBytes);
 
@@ -714,14 +738,11 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_attention_kernel(const __gri
   const int tid = static_cast<int>(threadIdx.x);
   std::uint32_t rank = 0;
   if constexpr (kPair) rank = cluster_rank();
-  // Copied rows run the alternating-tiles scheme (sm90_alternating.cuh). CTA pairs
-  // exist to share an expansion, so copied rows are never paired (the launch).
-  constexpr bool kAlternating = Loader::kCopiesRows;
-  static_assert(!(kAlternating && kPair));
+  // Copied rows run the alternating-tiles kernel (sm90_alternating.cuh).
+  static_assert(!Loader::kCopiesRows);
   if (tid == 0) {
     if (p.q_by_tensor_map) prefetch_tensor_map(p.q_tensor_map);  // fetched while the barriers are set up
     mbarrier_init(smem_address(smem + Layout::kQueryLoaded), 1);
-    if constexpr (kAlternating) init_half_barriers<Loader::kDim>(smem);
     for (int b = 0; b < 2; ++b) {
       mbarrier_init(smem_address(smem + Layout::kConsumed + 8 * b), kConsumerThreads);
       if constexpr (kPair) {
@@ -738,45 +759,27 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_attention_kernel(const __gri
   }
 
   // This split's share of the token's valid keys, from the length values on the device.
-  const int n_main = clamped_length(p.source[0], token);
-  const int n_extra = p.num_sources > 1 ? clamped_length(p.source[1], token) : 0;
-  const int n_keys = n_main + n_extra;
-  const int per_split = ((n_keys + p.num_splits - 1) / p.num_splits + kKeys - 1) / kKeys * kKeys;
-  const int begin = split * per_split;
-  const int end = min(n_keys, begin + per_split);
+  const auto [n_main, begin, end] = split_keys(p, token, split);
   if (begin >= end) {  // the same for both CTAs of a pair: neither touches the other
     write_empty_split_rows<kRows, kThreads>(p, split, tid, HeadBlockRows{p, token, head0});
     return;
   }
   const int num_tiles = (end - begin + kKeys - 1) / kKeys;
-  const int num_pairs = (num_tiles + 1) / 2;  // alternating tiles
 
-  using Budget = RegisterBudget<Loader::kCopiesRows>;
+  using Budget = RegisterBudget<false>;
   const int warpgroup = tid / 128;
   if (warpgroup == 2) {
     set_registers<Budget::kProducer>();
-    if constexpr (kAlternating) {
-      run_alternating_producer<Loader>(p, smem, token, begin, end, n_main, num_pairs, tid - kConsumerThreads);
-    } else {
-      run_producer<Loader, kPair>(p, smem, token, begin, end, n_main, num_tiles, tid - kConsumerThreads, rank);
-    }
+    run_producer<Loader, kPair>(p, smem, token, begin, end, n_main, num_tiles, tid - kConsumerThreads, rank);
   } else if (warpgroup == 0) {
     if (p.q_by_tensor_map && tid == 0) request_query<Loader::kDim>(p, token, head0, smem);
     set_registers<Budget::kScore>();
     stage_query<Loader::kDim>(p, token, head0, smem, tid);
-    if constexpr (kAlternating) {
-      run_alternating_consumer<Loader, false>(p, smem, token, head0, split, num_pairs, tid);
-    } else {
-      run_score_warpgroup<Loader, kPair>(p, smem, token, head0, split, num_tiles, tid, rank);
-    }
+    run_score_warpgroup<Loader, kPair>(p, smem, token, head0, split, num_tiles, tid, rank);
   } else {
     set_registers<Budget::kValue>();
     stage_query<Loader::kDim>(p, token, head0, smem, tid);
-    if constexpr (kAlternating) {
-      run_alternating_consumer<Loader, true>(p, smem, token, head0, split, num_pairs, tid - 128);
-    } else {
-      run_value_warpgroup<Loader, kPair>(p, smem, token, head0, split, begin, end, n_main, num_tiles, tid - 128, rank);
-    }
+    run_value_warpgroup<Loader, kPair>(p, smem, token, head0, split, begin, end, n_main, num_tiles, tid - 128, rank);
   }
   if constexpr (kPair) cluster_sync();  // no CTA leaves while its peer may still reach into it
 #else

@@ -2,6 +2,10 @@
 // (included by the generated per-row-source instantiation files only).
 #pragma once
 
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+
 #include "src/cuda/common/func_attributes.h"
 #include "src/cuda/sm90/sm90_attention.h"
 #include "src/cuda/sm90/sm90_attention_kernel.cuh"
@@ -14,9 +18,20 @@ cudaError_t launch_sm90_attention(const SparseAttentionParams& caller_params, di
                                   const LaunchFlags& flags, cudaStream_t stream) {
   SparseAttentionParams params = caller_params;
   encode_query_tensor_map(&params, Loader::kDim);
-  // The two head blocks of an h_q 65..128 token run as a CTA pair that shares the
-  // expansion; copied rows have none, and the plan never pairs them.
-  if constexpr (!Loader::kCopiesRows) {
+  if constexpr (Loader::kCopiesRows) {
+    // One CTA per block of `grid`, or at most flags.persistent_ctas CTAs looping over them.
+    auto* kernel = flags.token_major ? sm90_alternating_kernel<Loader, true> : sm90_alternating_kernel<Loader, false>;
+    const cudaError_t status = ensure_dynamic_smem(kernel, smem_bytes);
+    if (status != cudaSuccess) return status;
+    const std::int64_t items = static_cast<std::int64_t>(grid.x) * grid.y * grid.z;
+    if (items > std::numeric_limits<int>::max()) return cudaErrorInvalidConfiguration;  // the kernel counts in int
+    const std::int64_t most = flags.persistent_ctas > 0 ? flags.persistent_ctas : items;
+    const auto ctas = static_cast<unsigned>(std::min(items, most));
+    const WorkGrid work{static_cast<int>(grid.x), static_cast<int>(grid.y), static_cast<int>(grid.z)};
+    kernel<<<ctas, kThreads, smem_bytes, stream>>>(params, work);
+    return cudaGetLastError();
+  } else {
+    // The two head blocks of an h_q 65..128 token run as a CTA pair that shares the expansion.
     if (grid.y == 2 && flags.pair_head_blocks) {
       auto* kernel = sm90_attention_kernel<Loader, false, true>;
       const cudaError_t status = ensure_dynamic_smem(kernel, smem_bytes);
@@ -35,17 +50,24 @@ cudaError_t launch_sm90_attention(const SparseAttentionParams& caller_params, di
       config.numAttrs = 1;
       return cudaLaunchKernelEx(&config, kernel, params);
     }
+    auto* kernel =
+        flags.token_major ? sm90_attention_kernel<Loader, true, false> : sm90_attention_kernel<Loader, false, false>;
+    const cudaError_t status = ensure_dynamic_smem(kernel, smem_bytes);
+    if (status != cudaSuccess) return status;
+    kernel<<<grid, kThreads, smem_bytes, stream>>>(params);
+    return cudaGetLastError();
   }
-  auto* kernel = flags.token_major ? sm90_attention_kernel<Loader, true, false> : sm90_attention_kernel<Loader, false, false>;
-  const cudaError_t status = ensure_dynamic_smem(kernel, smem_bytes);
-  if (status != cudaSuccess) return status;
-  kernel<<<grid, kThreads, smem_bytes, stream>>>(params);
-  return cudaGetLastError();
 }
 
 template <class Loader>
 cudaError_t sm90_attention_blocks_per_sm(int smem_bytes, int* blocks) {
-  auto* kernel = sm90_attention_kernel<Loader, true, false>;
+  auto* kernel = [] {
+    if constexpr (Loader::kCopiesRows) {
+      return sm90_alternating_kernel<Loader, true>;
+    } else {
+      return sm90_attention_kernel<Loader, true, false>;
+    }
+  }();
   const cudaError_t status = ensure_dynamic_smem(kernel, smem_bytes);
   if (status != cudaSuccess) return status;
   return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, kernel, kThreads, smem_bytes);

@@ -47,9 +47,20 @@ struct KernelChoice {
   TuningOptions tuning;
 };
 
+// cuda.sm90 with the kernel of copied rows on at most `ctas` CTAs, each running
+// several (token, head block, split) blocks in turn.
+inline KernelChoice sm90_on_persistent_ctas(int ctas, TuningOptions tuning = {}) {
+  tuning.implementation = "cuda.sm90";
+  tuning.sm90_persistent_ctas = ctas;
+  return {"cuda.sm90, copied rows on " + std::to_string(ctas) + " persistent CTAs", tuning};
+}
+
 // Every cuda implementation of `op` that runs on this device, named through
 // TuningOptions::implementation (the registry, not a hard-coded list); the sm90
-// kernel also without CTA pairs when a token has two 64-row head blocks.
+// kernel also without CTA pairs when a token has two 64-row head blocks, with FP8
+// rows staged (decode) and with copied rows on three CTAs (the staged decode
+// choice, and prefill), so the test grids, a CTA per block by default, also run
+// blocks one after another in a CTA.
 inline std::vector<KernelChoice> kernel_choices(Op op, std::int64_t heads) {
   std::vector<KernelChoice> choices;
   const Context context = cuda_context();
@@ -69,7 +80,11 @@ inline std::vector<KernelChoice> kernel_choices(Op op, std::int64_t heads) {
     if (op == Op::kSparseDecode) {  // V4 / V3.2 rows staged as bf16 (other formats run as they are)
       TuningOptions staged = tuning;
       staged.sm90_stage_rows = TuningOptions::Switch::kOn;
-      choices.push_back({"cuda.sm90 with FP8 rows staged", staged});
+      KernelChoice choice = sm90_on_persistent_ctas(3, staged);
+      choice.label = "cuda.sm90 with FP8 rows staged, copied rows on 3 persistent CTAs";
+      choices.push_back(choice);
+    } else {
+      choices.push_back(sm90_on_persistent_ctas(3));
     }
     if (heads > 64 && heads <= 128) {
       tuning.sm90_pair_head_blocks = false;
@@ -121,13 +136,15 @@ inline void expect_decode_matches(testkit::DecodeCaseOptions options, const std:
   }
 }
 
-inline void expect_prefill_matches(testkit::PrefillCaseOptions options, const std::string& what) {
+inline void expect_prefill_matches(testkit::PrefillCaseOptions options, const std::string& what,
+                                   std::vector<KernelChoice> choices = {}) {
+  if (choices.empty()) choices = kernel_choices(Op::kSparsePrefill, options.num_heads);
   options.seed = testing::test_seed() + options.seed;
   SMLA_SEED_TRACE(options.seed);
   SCOPED_TRACE(what);
   testkit::PrefillCase c = testkit::make_prefill_case(options);
   ASSERT_TRUE(testing::IsOk(sparse_prefill(c.args(), Backend::kReference)));
-  for (const KernelChoice& choice : kernel_choices(Op::kSparsePrefill, options.num_heads)) {
+  for (const KernelChoice& choice : choices) {
     SCOPED_TRACE(choice.label);
     testkit::HostTensor got_out = c.make_out();
     testkit::HostTensor got_max = c.make_max_logits();

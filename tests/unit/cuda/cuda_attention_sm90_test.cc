@@ -13,6 +13,7 @@
 #include <set>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "tests/unit/cuda/attention_expect.h"
 
@@ -205,6 +206,42 @@ TEST(CudaSm90Attention, AlternatingTilesEdges) {
     o.seed = static_cast<std::uint64_t>(page_size);
     expect_decode_matches(o, "bf16 rows, pages of " + std::to_string(page_size));
   }
+}
+
+// The kernel of copied rows on fewer CTAs than blocks: each CTA runs its blocks in
+// turn, and the barriers' phases, the Q tile and the K buffers carry over from one
+// to the next. Per-token lengths (so neighbouring blocks have different tile
+// counts, odd and even, and some none at all), splits with empty ones, two head
+// blocks in both block orders, and one to five CTAs.
+TEST(CudaSm90Attention, PersistentCtasRunBlocksInTurn) {
+  SKIP_WITHOUT_DEVICE();
+  if (!cudatest::sm90_kernel_runs()) GTEST_SKIP() << "cuda.sm90 does not run on this device";
+  std::vector<KernelChoice> choices;
+  for (int ctas : {1, 2, 5}) choices.push_back(cudatest::sm90_on_persistent_ctas(ctas));
+  KernelChoice grid_order = cudatest::sm90_on_persistent_ctas(2);
+  grid_order.tuning.sm90_token_major = false;
+  grid_order.label += ", grid block order";
+  choices.push_back(grid_order);
+
+  testkit::PrefillCaseOptions prefill;
+  prefill.s_q = 23;
+  prefill.s_kv = 900;
+  prefill.num_heads = 100;
+  prefill.topk = 333;  // random per-token lengths in [0, 333]: 0 to 6 tiles
+  prefill.strided = true;
+  expect_prefill_matches(prefill, "flat prefill, h_q 100", choices);
+  prefill.d_qk = 576;
+  prefill.num_heads = 64;
+  prefill.seed = 2;
+  expect_prefill_matches(prefill, "flat prefill, d_qk 576", choices);
+
+  testkit::DecodeCaseOptions decode = long_v4_case();  // few tokens: the keys are split
+  decode.format = KvFormat::kBf16Rows;
+  decode.num_heads = 128;
+  decode.random_lengths = true;
+  decode.invalid_index_fraction = 0.25;
+  decode.seed = 3;
+  expect_decode_matches(decode, "bf16 rows, split keys", 0, choices);
 }
 
 // The rows a case attends, each counted once: (source, slot) within a token's

@@ -95,6 +95,7 @@ TEST(TuningOptions, DefaultsAreTheTunedChoices) {
   EXPECT_TRUE(defaults.sm90_token_major);
   EXPECT_EQ(defaults.sm90_stage_rows, TuningOptions::Switch::kAuto);
   EXPECT_EQ(defaults.sm90_staging_rows, -1);
+  EXPECT_EQ(defaults.sm90_persistent_ctas, -1);
   EXPECT_EQ(defaults.cpu_threads, 0);
 }
 
@@ -107,6 +108,7 @@ TEST(TuningOptions, ReadFromTheEnvironment) {
   const ScopedVariable threads("SMLA_NUM_THREADS", "3");
   const ScopedVariable stage("SMLA_SM90_STAGE", "on");
   const ScopedVariable staging_rows("SMLA_SM90_STAGING_ROWS", "5000");
+  const ScopedVariable persistent("SMLA_SM90_PERSISTENT_CTAS", "7");
   auto tuning = TuningOptions::from_environment();
   ASSERT_TRUE(IsOk(tuning.status()));
   EXPECT_EQ(tuning->implementation, "cuda.portable");
@@ -117,6 +119,11 @@ TEST(TuningOptions, ReadFromTheEnvironment) {
   EXPECT_EQ(tuning->cpu_threads, 3);
   EXPECT_EQ(tuning->sm90_stage_rows, TuningOptions::Switch::kOn);
   EXPECT_EQ(tuning->sm90_staging_rows, 5000);
+  EXPECT_EQ(tuning->sm90_persistent_ctas, 7);
+  const ScopedVariable one_per_block("SMLA_SM90_PERSISTENT_CTAS", "0");
+  auto zero = TuningOptions::from_environment();
+  ASSERT_TRUE(IsOk(zero.status()));
+  EXPECT_EQ(zero->sm90_persistent_ctas, 0);
 }
 
 TEST(TuningOptions, UnknownValuesNameTheVariable) {
@@ -138,6 +145,12 @@ TEST(TuningOptions, UnknownValuesNameTheVariable) {
     EXPECT_TRUE(FailsWith(TuningOptions::from_environment().status(), StatusCode::kInvalidArgument,
                           {"SMLA_SM90_STAGING_ROWS", "a positive integer", std::string("'") + rows + "'"}))
         << rows;
+  }
+  for (const char* ctas : {"-1", "00", "all"}) {
+    const ScopedVariable persistent("SMLA_SM90_PERSISTENT_CTAS", ctas);
+    EXPECT_TRUE(FailsWith(TuningOptions::from_environment().status(), StatusCode::kInvalidArgument,
+                          {"SMLA_SM90_PERSISTENT_CTAS", "0 or a positive integer", std::string("'") + ctas + "'"}))
+        << ctas;
   }
   {
     const ScopedVariable stage("SMLA_SM90_STAGE", "sometimes");
