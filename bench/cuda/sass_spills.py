@@ -1,3 +1,4 @@
+#!/usr/bin/env python3
 # Where ptxas put a kernel's spills, from `cuobjdump -sass` output: each register-
 # budget region (from one setmaxnreg to the next) with its wgmma, copy and spill
 # instruction counts, then every local load and store with the instructions around it.

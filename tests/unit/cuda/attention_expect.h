@@ -47,12 +47,12 @@ struct KernelChoice {
   TuningOptions tuning;
 };
 
-// cuda.sm90 with the kernel of copied rows on at most `ctas` CTAs, each running
-// several (token, head block, split) blocks in turn.
-inline KernelChoice sm90_on_persistent_ctas(int ctas, TuningOptions tuning = {}) {
+// cuda.sm90 (`tuning` otherwise, named `what`) with the kernel of copied rows on at
+// most `ctas` CTAs, each running several (token, head block, split) blocks in turn.
+inline KernelChoice sm90_on_persistent_ctas(int ctas, TuningOptions tuning = {}, const std::string& what = "cuda.sm90") {
   tuning.implementation = "cuda.sm90";
   tuning.sm90_persistent_ctas = ctas;
-  return {"cuda.sm90, copied rows on " + std::to_string(ctas) + " persistent CTAs", tuning};
+  return {what + ", copied rows on " + std::to_string(ctas) + " persistent CTAs", tuning};
 }
 
 // Every cuda implementation of `op` that runs on this device, named through
@@ -80,9 +80,7 @@ inline std::vector<KernelChoice> kernel_choices(Op op, std::int64_t heads) {
     if (op == Op::kSparseDecode) {  // V4 / V3.2 rows staged as bf16 (other formats run as they are)
       TuningOptions staged = tuning;
       staged.sm90_stage_rows = TuningOptions::Switch::kOn;
-      KernelChoice choice = sm90_on_persistent_ctas(3, staged);
-      choice.label = "cuda.sm90 with FP8 rows staged, copied rows on 3 persistent CTAs";
-      choices.push_back(choice);
+      choices.push_back(sm90_on_persistent_ctas(3, staged, "cuda.sm90 with FP8 rows staged"));
     } else {
       choices.push_back(sm90_on_persistent_ctas(3));
     }
