@@ -460,11 +460,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   // register budget is set once, ahead of its own loop (ptxas keeps a setmaxnreg
   // only where the code after it is one warpgroup's). What a loop carries from
   // item to item is kept to two bits: the consumers' registers are all O's and S's.
+  // This CTA's item after `index`, work.items() past its last (no int overflow).
+  auto next_index = [&](int index) {
+    return work.items() - index > static_cast<int>(gridDim.x) ? index + static_cast<int>(gridDim.x) : work.items();
+  };
   auto for_each_item = [&](auto&& run, auto&& skip) {
     int pair_parity = 0;   // of the item's first pair of tiles (the K barriers' phases)
     int query_parity = 0;  // kQueryLoaded's phase: every item has a Q load, an empty one too
-    for (int index = static_cast<int>(blockIdx.x); index < work.items();
-         index = work.items() - index > static_cast<int>(gridDim.x) ? index + static_cast<int>(gridDim.x) : work.items()) {
+    for (int index = static_cast<int>(blockIdx.x); index < work.items(); index = next_index(index)) {
       const WorkItem item = work_item<kTokenMajor>(work, index);
       const SplitKeys keys = split_keys(p, item.token, item.split);
       if (keys.begin >= keys.end) {
@@ -482,8 +485,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   // consumer warpgroups are done with the last (the lengths of the item it is for
   // are not known yet: an empty item's Q is loaded and waited for all the same).
   auto request_next_query = [&](int index) {
-    if (tid == 0 && p.q_by_tensor_map && work.items() - index > static_cast<int>(gridDim.x)) {
-      const WorkItem next = work_item<kTokenMajor>(work, index + static_cast<int>(gridDim.x));
+    const int next_item = next_index(index);
+    if (tid == 0 && p.q_by_tensor_map && next_item < work.items()) {
+      const WorkItem next = work_item<kTokenMajor>(work, next_item);
       request_query<Loader::kDim>(p, next.token, next.head0, smem);
     }
   };
