@@ -6,7 +6,9 @@
 # e.g. bench/cuda/ncu_compare.sh "$OUT" PF-V4-h128 PF_MODEL1_C2_h128_k1024
 # Needs build/gpu/bench/cuda/smla_bench_cuda (scripts/gpu-check.sh) and the peer harness
 # built by .peer/run.sh (/tmp/flashmla_peer_build/bench_flashmla). The first matching launch
-# of each is profiled (a warm-up run of the case).
+# of each is profiled (a warm-up run of the case). SMLA_BENCH_ARGS (default --no-decode) and PEER_ARGS
+# (default none) pick other cases, e.g. decode: SMLA_BENCH_ARGS="--no-prefill --b 128" PEER_ARGS="--b 128"
+# bench/cuda/ncu_compare.sh "$OUT" CONFIG2 MODEL1_CONFIG2 regex:sm90_attention_kernel regex:splitkv
 # Everything goes into OUT_DIR/ncu.tar.gz (the device tool returns at most 8 files), with
 # NAME.summary.txt (bench/cuda/ncu_sass_summary.py: stall samples by reason, region, instruction).
 set -uo pipefail
@@ -34,7 +36,10 @@ profile() {  # name kernel_regex command...
   python3 "$(dirname "$0")/ncu_sass_summary.py" "$out/$name.sass.csv" >"$out/$name.summary.txt" 2>&1
   head -30 "$out/$name.summary.txt"
 }
-profile smla "$smla_kernel" build/gpu/bench/cuda/smla_bench_cuda --no-decode --filter "$smla_filter" --runs 1 \
-  --warmup 0 --json /dev/null
-[[ $peer_case == - ]] || profile peer "$peer_kernel" /tmp/flashmla_peer_build/bench_flashmla --cases "$peer_case" --iters 1 --warmup 0 --no-ref
+read -r -a smla_args <<<"${SMLA_BENCH_ARGS:---no-decode}"
+read -r -a peer_args <<<"${PEER_ARGS:-}"
+profile smla "$smla_kernel" build/gpu/bench/cuda/smla_bench_cuda "${smla_args[@]}" --filter "$smla_filter" --runs 1 \
+  --warmup 0 --check-max-b 0 --json /dev/null
+[[ $peer_case == - ]] || profile peer "$peer_kernel" /tmp/flashmla_peer_build/bench_flashmla --cases "$peer_case" \
+  "${peer_args[@]}" --iters 1 --warmup 0 --no-ref
 tar -czf "$final_out/ncu.tar.gz" -C "$out" .
