@@ -44,8 +44,9 @@ struct TuningOptions {
   // rule; 0, 16, 32, 64 = the plain rule within that many rows (0 = never pack).
   // SMLA_CUDA_PACK_MAX_ROWS.
   int pack_max_rows = -1;
-  // sm90 kernel: L2 prefetch of rows a few tiles ahead (auto: decode-sized
-  // grids only). SMLA_SM90_PREFETCH=on|off.
+  // sm90 kernel: L2 prefetch of rows a few tiles ahead (auto: launches of at
+  // most four waves whose CTAs attend at most 256 keys each, i.e. split small
+  // batches). SMLA_SM90_PREFETCH=on|off.
   Switch sm90_prefetch = Switch::kAuto;
   // sm90 kernel: the two head blocks of an h_q 65..128 token run as a CTA pair
   // sharing the K expansion (FP8 rows; bf16 rows are copied, never paired).

@@ -89,21 +89,25 @@ constexpr int kDefaultPackMaxRows = 32;
 
 int tile_rows_for(std::int64_t rows) { return rows <= 16 ? 16 : (rows <= 32 ? 32 : 64); }
 
-// Prefetching rows into L2 a few tiles ahead (sm90 kernel) pays when they come
-// from device memory: decode-sized grids, measured 5-11% faster on CONFIG1-4
-// (docs/PERF.md). Long prefill launches find their rows in L2 already and lost
-// 12% to the extra requests. TuningOptions::sm90_prefetch overrides (A/B runs).
+// Prefetching rows into L2 a few tiles ahead (sm90 kernel) pays where a CTA has
+// few keys, so that the requests it makes at its start cover its rows: split
+// small batches, 7-10% faster (docs/PERF.md, session 17). CTAs of more keys lost
+// up to 13% to it (h_q 128 and V3.2 at b >= 64, 18-32 tiles a CTA) or gained
+// nothing (10 tiles), and long prefill launches, which find their rows in L2
+// already, lost 12%. TuningOptions::sm90_prefetch overrides (A/B runs).
 constexpr std::int64_t kPrefetchMaxWaves = 4;
+constexpr std::int64_t kPrefetchMaxKeysPerCta = 4 * 64;  // the kernel's four 64-key tiles ahead
 
 // Staging FP8 rows pays on prefill-sized grids: the same rows are read by many
 // CTAs, and its passes cost a few launches (docs/PERF.md).
 constexpr std::int64_t kStageMinWaves = kPrefetchMaxWaves;
 constexpr std::int64_t kDefaultStagingBytes = std::int64_t{256} << 20;
 
-bool prefetch_rows_wanted(std::int64_t ctas, std::int64_t slots, TuningOptions::Switch setting) {
+bool prefetch_rows_wanted(std::int64_t ctas, std::int64_t slots, std::int64_t keys_per_cta,
+                          TuningOptions::Switch setting) {
   if (setting == TuningOptions::Switch::kOn) return true;
   if (setting == TuningOptions::Switch::kOff) return false;
-  return ctas <= kPrefetchMaxWaves * slots;
+  return ctas <= kPrefetchMaxWaves * slots && keys_per_cta <= kPrefetchMaxKeysPerCta;
 }
 
 }  // namespace
@@ -257,7 +261,8 @@ Expected<AttentionPlan> plan_attention(KernelFamily family, const AttentionShape
   const std::int64_t blocks = std::max<std::int64_t>(shape.num_tokens / plan.pack_tokens * plan.head_blocks, 1);
   const std::int64_t tiles = std::max<std::int64_t>((shape.num_keys + kKeysPerTile - 1) / kKeysPerTile, 1);
   plan.num_splits = static_cast<int>(std::clamp<std::int64_t>(std::min(slots / blocks, tiles), 1, kMaxSplits));
-  plan.prefetch_rows = prefetch_rows_wanted(blocks * plan.num_splits, slots, tuning.sm90_prefetch);
+  const std::int64_t keys_per_cta = (shape.num_keys + plan.num_splits - 1) / plan.num_splits;
+  plan.prefetch_rows = prefetch_rows_wanted(blocks * plan.num_splits, slots, keys_per_cta, tuning.sm90_prefetch);
   plan.flags.persistent_ctas = tuning.sm90_persistent_ctas < 0 ? static_cast<int>(slots) : tuning.sm90_persistent_ctas;
   plan.chain_combine = plan.num_splits > 1 && device.compute_capability >= 90;
   plan.workspace_bytes = planned_workspace_bytes(plan, shape);

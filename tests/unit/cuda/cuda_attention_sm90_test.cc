@@ -15,6 +15,8 @@
 #include <utility>
 #include <vector>
 
+#include "src/cuda/attention_plan.h"
+#include "tests/common/test_common.h"
 #include "tests/unit/cuda/attention_expect.h"
 
 namespace smla {
@@ -383,6 +385,41 @@ TEST(CudaSm90Attention, StagedRowsGraphReplayFollowsNewLengths) {
   testkit::DecodeCase c = testkit::make_decode_case(o);
   const std::int64_t distinct = distinct_attended_rows(c);
   cudatest::expect_graph_replay_follows_new_lengths(c, 1, &cudatest::halve_lengths, staged_choice(distinct).tuning);
+}
+
+// Host-only: which sm90 launches ask L2 for their rows ahead (a nominal H100: 132
+// SMs, one sm90 CTA each). Expected: on where each CTA attends at most 256 keys,
+// worked out by hand from the split rule (as many splits as leave no SM idle).
+TEST(Sm90Plan, L2PrefetchOnlyForCtasOfFewKeys) {
+  const DeviceProperties h100 = testing::nominal_h100();
+  auto prefetches = [&](cuda::LoaderKind kind, std::int64_t tokens, std::int64_t heads, std::int64_t keys,
+                        TuningOptions tuning = {}) {
+    cuda::AttentionShape shape;
+    shape.kind = kind;
+    shape.num_tokens = tokens;
+    shape.num_heads = heads;
+    shape.num_keys = keys;
+    auto plan = cuda::plan_attention(cuda::KernelFamily::kSm90, shape, h100, tuning, cuda::Occupancy::kSharedMemoryOnly);
+    EXPECT_TRUE(plan.ok()) << plan.status().to_string();
+    return plan.ok() && plan->prefetch_rows;
+  };
+  const cuda::LoaderKind v4 = cuda::loader_kind(KvFormat::kV4Fp8);
+  const cuda::LoaderKind v32 = cuda::loader_kind(KvFormat::kV32Fp8);
+  EXPECT_TRUE(prefetches(v4, 4, 64, 640));     // CONFIG1 b=2: 20 splits of 32 keys
+  EXPECT_TRUE(prefetches(v4, 4, 128, 1152));   // CONFIG2 b=2: 8 blocks, 16 splits of 72 keys
+  EXPECT_TRUE(prefetches(v32, 4, 128, 2048));  // V3.2 b=2: 16 splits of 128 keys
+  EXPECT_TRUE(prefetches(v4, 16, 32, 640));    // TP-h32 b=8: 8 splits of 80 keys
+  EXPECT_TRUE(prefetches(v4, 1, 64, 16384));   // one token, 64 splits (the most) of 256 keys: the bound
+  EXPECT_FALSE(prefetches(v4, 1, 64, 16385));  // 257 keys a split
+  EXPECT_FALSE(prefetches(v4, 128, 64, 640));  // CONFIG1 b=64: unsplit, 640 keys a CTA
+  EXPECT_FALSE(prefetches(v4, 256, 128, 1152));  // CONFIG2 b=128
+  EXPECT_FALSE(prefetches(v32, 128, 128, 2048));  // V3.2 b=64
+  TuningOptions on;
+  on.sm90_prefetch = TuningOptions::Switch::kOn;
+  TuningOptions off;
+  off.sm90_prefetch = TuningOptions::Switch::kOff;
+  EXPECT_TRUE(prefetches(v4, 256, 128, 1152, on));
+  EXPECT_FALSE(prefetches(v4, 4, 64, 640, off));
 }
 
 }  // namespace
