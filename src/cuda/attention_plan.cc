@@ -96,7 +96,7 @@ int tile_rows_for(std::int64_t rows) { return rows <= 16 ? 16 : (rows <= 32 ? 32
 // nothing (10 tiles), and long prefill launches, which find their rows in L2
 // already, lost 12%. TuningOptions::sm90_prefetch overrides (A/B runs).
 constexpr std::int64_t kPrefetchMaxWaves = 4;
-constexpr std::int64_t kPrefetchMaxKeysPerCta = 4 * 64;  // the kernel's four 64-key tiles ahead
+constexpr std::int64_t kPrefetchMaxKeysPerCta = 4 * kSm90KeysPerTile;  // the kernel's four tiles ahead
 
 // Staging FP8 rows pays on prefill-sized grids: the same rows are read by many
 // CTAs, and its passes cost a few launches (docs/PERF.md).
@@ -252,15 +252,20 @@ Expected<AttentionPlan> plan_attention(KernelFamily family, const AttentionShape
   plan.head_blocks = static_cast<int>((shape.num_heads + rows - 1) / rows);
 
   // Split the keys only when the (token, head block) grid leaves SMs idle, and
-  // never into more pieces than there are 32-key tiles.
+  // never into more pieces than there are tiles (32 keys, 64 in the sm90 kernel).
   const std::int64_t slots = static_cast<std::int64_t>(device.multiprocessors) * std::max(ring->blocks_per_sm, 1);
   if (plan.pack_tokens > 1) {
     plan.head_blocks = 1;
     plan.pack_capacity = static_cast<int>(plan.pack_tokens * shape.num_keys);
   }
   const std::int64_t blocks = std::max<std::int64_t>(shape.num_tokens / plan.pack_tokens * plan.head_blocks, 1);
-  const std::int64_t tiles = std::max<std::int64_t>((shape.num_keys + kKeysPerTile - 1) / kKeysPerTile, 1);
-  plan.num_splits = static_cast<int>(std::clamp<std::int64_t>(std::min(slots / blocks, tiles), 1, kMaxSplits));
+  const std::int64_t tile_keys = family == KernelFamily::kSm90 ? kSm90KeysPerTile : kKeysPerTile;
+  const std::int64_t tiles = std::max<std::int64_t>((shape.num_keys + tile_keys - 1) / tile_keys, 1);
+  const std::int64_t most_splits = std::clamp<std::int64_t>(std::min(slots / blocks, tiles), 1, kMaxSplits);
+  // The kernels round a split up to whole tiles, so of more splits than that
+  // needs (e.g. 16 for 18 tiles: 2 tiles each) the last ones would have no keys.
+  const std::int64_t tiles_per_split = (tiles + most_splits - 1) / most_splits;
+  plan.num_splits = static_cast<int>((tiles + tiles_per_split - 1) / tiles_per_split);
   const std::int64_t keys_per_cta = (shape.num_keys + plan.num_splits - 1) / plan.num_splits;
   plan.prefetch_rows = prefetch_rows_wanted(blocks * plan.num_splits, slots, keys_per_cta, tuning.sm90_prefetch);
   plan.flags.persistent_ctas = tuning.sm90_persistent_ctas < 0 ? static_cast<int>(slots) : tuning.sm90_persistent_ctas;

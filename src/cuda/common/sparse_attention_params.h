@@ -8,6 +8,7 @@
 namespace smla::cuda {
 
 inline constexpr int kKeysPerTile = 32;  // keys per pipeline step of the attention kernel
+inline constexpr int kSm90KeysPerTile = 64;  // the same in the sm90 kernel
 inline constexpr int kMaxKvStages = 4;   // raw KV tiles in flight (cp.async ring)
 inline constexpr int kMaxSplits = 64;    // key splits of one (token, head); the combine reads two per lane
 inline constexpr int kValueDim = 512;    // d_v of every supported format

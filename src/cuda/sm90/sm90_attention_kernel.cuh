@@ -36,7 +36,7 @@
 namespace smla::cuda::sm90 {
 
 inline constexpr int kRows = 64;        // query heads per CTA
-inline constexpr int kKeys = 64;        // keys per tile
+inline constexpr int kKeys = kSm90KeysPerTile;  // keys per tile
 inline constexpr int kThreads = 384;    // score, value and producer warpgroups
 inline constexpr int kConsumerThreads = 256;  // score and value warpgroups
 inline constexpr int kHalfColumns = kValueDim / 2;

@@ -387,10 +387,12 @@ TEST(CudaSm90Attention, StagedRowsGraphReplayFollowsNewLengths) {
   cudatest::expect_graph_replay_follows_new_lengths(c, 1, &cudatest::halve_lengths, staged_choice(distinct).tuning);
 }
 
-// Host-only: which sm90 launches ask L2 for their rows ahead (a nominal H100: 132
-// SMs, one sm90 CTA each). Expected: on where each CTA attends at most 256 keys,
-// worked out by hand from the split rule (as many splits as leave no SM idle).
-TEST(Sm90Plan, L2PrefetchOnlyForCtasOfFewKeys) {
+// Host-only: how the sm90 plan splits a token's keys and which launches ask L2
+// for their rows ahead (a nominal H100: 132 SMs, one sm90 CTA each). Expected
+// values worked out by hand: at most as many splits as leave no SM idle, as few
+// as give each the same number of 64-key tiles; the prefetch where each CTA
+// attends at most 256 keys.
+TEST(Sm90Plan, SplitsAndL2Prefetch) {
   const DeviceProperties h100 = testing::nominal_h100();
   auto prefetches = [&](cuda::LoaderKind kind, std::int64_t tokens, std::int64_t heads, std::int64_t keys,
                         TuningOptions tuning = {}) {
@@ -403,14 +405,30 @@ TEST(Sm90Plan, L2PrefetchOnlyForCtasOfFewKeys) {
     EXPECT_TRUE(plan.ok()) << plan.status().to_string();
     return plan.ok() && plan->prefetch_rows;
   };
+  auto splits = [&](std::int64_t tokens, std::int64_t heads, std::int64_t keys) {
+    cuda::AttentionShape shape;
+    shape.num_tokens = tokens;
+    shape.num_heads = heads;
+    shape.num_keys = keys;
+    auto plan = cuda::plan_attention(cuda::KernelFamily::kSm90, shape, h100, {}, cuda::Occupancy::kSharedMemoryOnly);
+    EXPECT_TRUE(plan.ok()) << plan.status().to_string();
+    return plan.ok() ? plan->num_splits : -1;
+  };
+  EXPECT_EQ(splits(4, 64, 640), 10);     // CONFIG1 b=2: 10 tiles, 33 CTAs a token allowed
+  EXPECT_EQ(splits(4, 128, 1152), 9);    // CONFIG2 b=2: 18 tiles, 16 allowed: 2 tiles each
+  EXPECT_EQ(splits(4, 128, 2048), 16);   // V3.2 b=2: 32 tiles, 16 allowed
+  EXPECT_EQ(splits(16, 32, 640), 5);     // TP-h32 b=8: 10 tiles, 8 allowed: 2 each
+  EXPECT_EQ(splits(1, 64, 16385), 52);   // 257 tiles, at most 64 splits: 5 tiles each
+  EXPECT_EQ(splits(128, 64, 640), 1);    // CONFIG1 b=64: the grid fills the SMs
+  EXPECT_EQ(splits(4, 64, 1), 1);
   const cuda::LoaderKind v4 = cuda::loader_kind(KvFormat::kV4Fp8);
   const cuda::LoaderKind v32 = cuda::loader_kind(KvFormat::kV32Fp8);
-  EXPECT_TRUE(prefetches(v4, 4, 64, 640));     // CONFIG1 b=2: 20 splits of 32 keys
-  EXPECT_TRUE(prefetches(v4, 4, 128, 1152));   // CONFIG2 b=2: 8 blocks, 16 splits of 72 keys
-  EXPECT_TRUE(prefetches(v32, 4, 128, 2048));  // V3.2 b=2: 16 splits of 128 keys
-  EXPECT_TRUE(prefetches(v4, 16, 32, 640));    // TP-h32 b=8: 8 splits of 80 keys
+  EXPECT_TRUE(prefetches(v4, 4, 64, 640));     // CONFIG1 b=2: 64 keys a CTA
+  EXPECT_TRUE(prefetches(v4, 4, 128, 1152));   // CONFIG2 b=2: 128
+  EXPECT_TRUE(prefetches(v32, 4, 128, 2048));  // V3.2 b=2: 128
+  EXPECT_TRUE(prefetches(v4, 16, 32, 640));    // TP-h32 b=8: 128
   EXPECT_TRUE(prefetches(v4, 1, 64, 16384));   // one token, 64 splits (the most) of 256 keys: the bound
-  EXPECT_FALSE(prefetches(v4, 1, 64, 16385));  // 257 keys a split
+  EXPECT_FALSE(prefetches(v4, 1, 64, 16385));  // 52 splits of up to 316 keys
   EXPECT_FALSE(prefetches(v4, 128, 64, 640));  // CONFIG1 b=64: unsplit, 640 keys a CTA
   EXPECT_FALSE(prefetches(v4, 256, 128, 1152));  // CONFIG2 b=128
   EXPECT_FALSE(prefetches(v32, 128, 128, 2048));  // V3.2 b=64
