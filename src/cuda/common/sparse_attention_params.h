@@ -45,7 +45,7 @@ struct SparseAttentionParams {
   int num_sources = 1;
   int kv_stages = 1;  // 1..kMaxKvStages raw KV tile buffers; the dynamic shared memory holds that many
   int k_buffers = 1;  // 1 or 2 expanded K tiles in shared memory (2: expansion overlaps P V)
-  bool prefetch_rows = false;  // sm90 kernel: ask L2 for rows a few tiles ahead (decode-sized grids)
+  bool prefetch_rows = false;  // sm90 kernel: ask L2 for rows a few tiles ahead (CTAs of few keys)
   const float* sink = nullptr;  // [h_q] natural-log units, may be nullptr (= -inf)
   std::int64_t stride_sink = 1;
   // Scores and row maxima are raw dot products <q, k>; the scale multiplies their
