@@ -394,8 +394,8 @@ TEST(CudaSm90Attention, StagedRowsGraphReplayFollowsNewLengths) {
 // attends at most 256 keys.
 TEST(Sm90Plan, SplitsAndL2Prefetch) {
   const DeviceProperties h100 = testing::nominal_h100();
-  auto prefetches = [&](cuda::LoaderKind kind, std::int64_t tokens, std::int64_t heads, std::int64_t keys,
-                        TuningOptions tuning = {}) {
+  auto plan_for = [&](cuda::LoaderKind kind, std::int64_t tokens, std::int64_t heads, std::int64_t keys,
+                      TuningOptions tuning = {}) {
     cuda::AttentionShape shape;
     shape.kind = kind;
     shape.num_tokens = tokens;
@@ -403,15 +403,17 @@ TEST(Sm90Plan, SplitsAndL2Prefetch) {
     shape.num_keys = keys;
     auto plan = cuda::plan_attention(cuda::KernelFamily::kSm90, shape, h100, tuning, cuda::Occupancy::kSharedMemoryOnly);
     EXPECT_TRUE(plan.ok()) << plan.status().to_string();
+    return plan;
+  };
+  auto prefetches = [&](cuda::LoaderKind kind, std::int64_t tokens, std::int64_t heads, std::int64_t keys,
+                        TuningOptions tuning = {}) {
+    auto plan = plan_for(kind, tokens, heads, keys, tuning);
     return plan.ok() && plan->prefetch_rows;
   };
+  const cuda::LoaderKind v4 = cuda::loader_kind(KvFormat::kV4Fp8);
+  const cuda::LoaderKind v32 = cuda::loader_kind(KvFormat::kV32Fp8);
   auto splits = [&](std::int64_t tokens, std::int64_t heads, std::int64_t keys) {
-    cuda::AttentionShape shape;
-    shape.num_tokens = tokens;
-    shape.num_heads = heads;
-    shape.num_keys = keys;
-    auto plan = cuda::plan_attention(cuda::KernelFamily::kSm90, shape, h100, {}, cuda::Occupancy::kSharedMemoryOnly);
-    EXPECT_TRUE(plan.ok()) << plan.status().to_string();
+    auto plan = plan_for(v4, tokens, heads, keys);
     return plan.ok() ? plan->num_splits : -1;
   };
   EXPECT_EQ(splits(4, 64, 640), 10);     // CONFIG1 b=2: 10 tiles, 33 CTAs a token allowed
@@ -421,14 +423,12 @@ TEST(Sm90Plan, SplitsAndL2Prefetch) {
   EXPECT_EQ(splits(1, 64, 16385), 52);   // 257 tiles, at most 64 splits: 5 tiles each
   EXPECT_EQ(splits(128, 64, 640), 1);    // CONFIG1 b=64: the grid fills the SMs
   EXPECT_EQ(splits(4, 64, 1), 1);
-  const cuda::LoaderKind v4 = cuda::loader_kind(KvFormat::kV4Fp8);
-  const cuda::LoaderKind v32 = cuda::loader_kind(KvFormat::kV32Fp8);
   EXPECT_TRUE(prefetches(v4, 4, 64, 640));     // CONFIG1 b=2: 64 keys a CTA
   EXPECT_TRUE(prefetches(v4, 4, 128, 1152));   // CONFIG2 b=2: 128
   EXPECT_TRUE(prefetches(v32, 4, 128, 2048));  // V3.2 b=2: 128
   EXPECT_TRUE(prefetches(v4, 16, 32, 640));    // TP-h32 b=8: 128
   EXPECT_TRUE(prefetches(v4, 1, 64, 16384));   // one token, 64 splits (the most) of 256 keys: the bound
-  EXPECT_FALSE(prefetches(v4, 1, 64, 16385));  // 52 splits of up to 316 keys
+  EXPECT_FALSE(prefetches(v4, 1, 64, 16385));  // 52 splits of 5 tiles (320 keys)
   EXPECT_FALSE(prefetches(v4, 128, 64, 640));  // CONFIG1 b=64: unsplit, 640 keys a CTA
   EXPECT_FALSE(prefetches(v4, 256, 128, 1152));  // CONFIG2 b=128
   EXPECT_FALSE(prefetches(v32, 128, 128, 2048));  // V3.2 b=64
