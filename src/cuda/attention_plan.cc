@@ -223,7 +223,9 @@ std::size_t partials_bytes(const AttentionPlan& plan) {
 
 bool sm90_tiles_preferred(const AttentionShape& shape, const DeviceProperties& device, const TuningOptions& tuning) {
   if (shape.num_heads > 32) return true;
-  return shape.num_heads > 16 && shape.num_tokens <= device.multiprocessors && packed_tokens(shape, device, tuning) == 1;
+  const bool one_wave = shape.num_tokens <= device.multiprocessors;
+  if (shape.decode) return shape.num_heads > 16 || one_wave;
+  return shape.num_heads > 16 && one_wave && packed_tokens(shape, device, tuning) == 1;
 }
 
 Expected<AttentionPlan> plan_attention(KernelFamily family, const AttentionShape& shape, const DeviceProperties& device,

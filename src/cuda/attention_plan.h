@@ -58,6 +58,7 @@ struct AttentionShape {
   std::int64_t num_heads = 0;
   std::int64_t num_keys = 0;
   std::int64_t queries_per_request = 1;
+  bool decode = false;  // a sparse_decode call (which kernel's tiles pay differs from prefill's)
 };
 
 // Where a plan learns how many CTAs fit on an SM.
@@ -74,8 +75,10 @@ Expected<AttentionPlan> plan_attention(KernelFamily family, const AttentionShape
                                        const TuningOptions& tuning, Occupancy occupancy = Occupancy::kQueryDevice);
 
 // Whether the sm90 kernel's 64-row tiles are the better layout for the shape:
-// more than 32 heads, or 17-32 heads within one wave of CTAs (the padding rows
-// beat two 32-row CTAs per token; docs/PERF.md, TP-h32), and no packing.
+// more than 32 heads; in decode, 17-32 heads, and 1-16 heads within one wave
+// of CTAs (one token a CTA: the padding rows cost less than the portable
+// kernel's smaller tiles and its packing, docs/PERF.md, session 18); in
+// prefill, 17-32 heads within one wave and no packing.
 bool sm90_tiles_preferred(const AttentionShape& shape, const DeviceProperties& device, const TuningOptions& tuning);
 
 struct PackRule {

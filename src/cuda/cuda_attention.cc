@@ -126,7 +126,8 @@ Status check_devices(const Context& context, const SparsePrefillArgs& args) {
 }
 
 cuda::AttentionShape attention_shape(const Problem& problem) {
-  return {loader_for(problem), problem.tokens, problem.heads, problem.keys, problem.queries_per_request};
+  return {loader_for(problem), problem.tokens, problem.heads, problem.keys, problem.queries_per_request,
+          problem.op == Op::kSparseDecode};
 }
 
 std::string plan_description(const PlanState& state) {

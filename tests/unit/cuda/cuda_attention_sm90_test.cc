@@ -440,5 +440,36 @@ TEST(Sm90Plan, SplitsAndL2Prefetch) {
   EXPECT_FALSE(prefetches(v4, 4, 64, 640, off));
 }
 
+// Host-only: which shapes the sm90 kernel's 64-row tiles take (nominal H100, 132
+// SMs, one sm90 CTA each). Expected by hand from the rule: every head count above
+// 32; in decode 17-32 heads always and 1-16 within 132 tokens; in prefill 17-32
+// heads within 132 tokens when no tokens are packed.
+TEST(Sm90Plan, TilesPreferredByShape) {
+  const DeviceProperties h100 = testing::nominal_h100();
+  auto preferred = [&](bool decode, std::int64_t tokens, std::int64_t heads, std::int64_t queries_per_request = 1) {
+    cuda::AttentionShape shape;
+    shape.num_tokens = tokens;
+    shape.num_heads = heads;
+    shape.num_keys = 640;
+    shape.queries_per_request = queries_per_request;
+    shape.decode = decode;
+    return cuda::sm90_tiles_preferred(shape, h100, TuningOptions{});
+  };
+  EXPECT_TRUE(preferred(true, 4096, 64));
+  EXPECT_TRUE(preferred(true, 4096, 33));
+  EXPECT_TRUE(preferred(true, 512, 32));   // MTP-h32 s_q 4 b=128
+  EXPECT_TRUE(preferred(true, 256, 17));
+  EXPECT_TRUE(preferred(true, 132, 16));   // one wave
+  EXPECT_FALSE(preferred(true, 133, 16));
+  EXPECT_TRUE(preferred(true, 128, 8, 2));  // MTP-h8 s_q 2 b=64, packed on the portable kernel
+  EXPECT_FALSE(preferred(true, 256, 8));    // TP-h8 b=128
+  EXPECT_TRUE(preferred(true, 1, 1));
+  EXPECT_TRUE(preferred(false, 4096, 64));
+  EXPECT_TRUE(preferred(false, 132, 32));
+  EXPECT_FALSE(preferred(false, 133, 32));
+  EXPECT_FALSE(preferred(false, 64, 16));
+  EXPECT_FALSE(preferred(false, 64, 8, 4));  // packs 4 tokens of 8 heads
+}
+
 }  // namespace
 }  // namespace smla
