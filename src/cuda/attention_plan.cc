@@ -268,8 +268,10 @@ Expected<AttentionPlan> plan_attention(KernelFamily family, const AttentionShape
   // needs (e.g. 16 for 18 tiles: 2 tiles each) the last ones would have no keys.
   const std::int64_t tiles_per_split = (tiles + most_splits - 1) / most_splits;
   plan.num_splits = static_cast<int>((tiles + tiles_per_split - 1) / tiles_per_split);
-  plan.prefetch_rows =
-      prefetch_rows_wanted(blocks * plan.num_splits, slots, tiles_per_split * tile_keys, tuning.sm90_prefetch);
+  // Only the sm90 kernel prefetches (the plan description reports it).
+  plan.prefetch_rows = family == KernelFamily::kSm90 &&
+                       prefetch_rows_wanted(blocks * plan.num_splits, slots, tiles_per_split * tile_keys,
+                                            tuning.sm90_prefetch);
   plan.flags.persistent_ctas = tuning.sm90_persistent_ctas < 0 ? static_cast<int>(slots) : tuning.sm90_persistent_ctas;
   plan.chain_combine = plan.num_splits > 1 && device.compute_capability >= 90;
   plan.workspace_bytes = planned_workspace_bytes(plan, shape);

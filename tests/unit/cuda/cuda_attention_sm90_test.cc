@@ -438,6 +438,15 @@ TEST(Sm90Plan, SplitsAndL2Prefetch) {
   off.sm90_prefetch = TuningOptions::Switch::kOff;
   EXPECT_TRUE(prefetches(v4, 256, 128, 1152, on));
   EXPECT_FALSE(prefetches(v4, 4, 64, 640, off));
+  // The portable kernel never prefetches, whatever the switch says.
+  cuda::AttentionShape portable_shape;
+  portable_shape.num_tokens = 4;
+  portable_shape.num_heads = 64;
+  portable_shape.num_keys = 640;
+  auto portable = cuda::plan_attention(cuda::KernelFamily::kPortable, portable_shape, h100, on,
+                                       cuda::Occupancy::kSharedMemoryOnly);
+  ASSERT_TRUE(portable.ok()) << portable.status().to_string();
+  EXPECT_FALSE(portable->prefetch_rows);
 }
 
 // Host-only: which shapes the sm90 kernel's 64-row tiles take (nominal H100, 132
