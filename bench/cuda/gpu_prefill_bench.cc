@@ -168,9 +168,13 @@ DirectTimings run_direct(const PrefillCase& c, KvFormat format, int d_qk, int wa
   args.softmax_scale = 1.0f / std::sqrt(512.0f);
   args.out = TensorView::contiguous(out.data(), DType::kBF16, {c.s_q, c.h_q, 512}, device);
   args.lse = TensorView::contiguous(lse.data(), DType::kF32, {c.s_q, c.h_q}, device);
+  args.queries_per_request = c.s_q;  // one request's prefill
   DirectTimings timings;
   TuningOptions tuning = value_or_throw(TuningOptions::from_environment());
-  if (c.staging_rows > 0) tuning.sm90_staging_rows = c.staging_rows;
+  if (c.staging_rows > 0) {  // the gated path: staging forced, into a buffer the call overflows
+    tuning.sm90_staging_rows = c.staging_rows;
+    tuning.sm90_stage_rows = TuningOptions::Switch::kOn;
+  }
   timings.attention = time_case(warmup, runs, PlannedAttention<SparseDecodeArgs>(args, tuning));
   std::vector<StagedRows> staged;
   if (v4) {

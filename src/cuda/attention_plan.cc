@@ -206,6 +206,7 @@ Status plan_staging(const AttentionShape& shape, const DeviceProperties& device,
   StagedRowsPlan staged{*copying, *format,
                         staging_layout(shape.num_tokens, static_cast<int>(shape.num_keys), head_dim, max_rows)};
   staged.gated = shape.num_tokens * shape.num_keys > staged.layout.capacity_rows;
+  staged.forced = !automatic;
   // A gated call has one combine for whichever grid ran: both must split alike.
   if (staged.gated && copying->num_splits != direct->num_splits) return Status::Ok();
   if (automatic && copying->num_splits != 1) return Status::Ok();
@@ -221,11 +222,9 @@ std::size_t partials_bytes(const AttentionPlan& plan) {
 
 }  // namespace
 
-bool sm90_tiles_preferred(const AttentionShape& shape, const DeviceProperties& device, const TuningOptions& tuning) {
-  if (shape.num_heads > 32) return true;
-  const bool one_wave = shape.num_tokens <= device.multiprocessors;
-  if (shape.decode) return shape.num_heads > 16 || one_wave;
-  return shape.num_heads > 16 && one_wave && packed_tokens(shape, device, tuning) == 1;
+bool sm90_tiles_preferred(const AttentionShape& shape, const DeviceProperties& device) {
+  if (shape.num_heads > 16 || !shape.decode) return true;
+  return shape.num_tokens <= device.multiprocessors || shape.queries_per_request > kMaxPackTokens;
 }
 
 Expected<AttentionPlan> plan_attention(KernelFamily family, const AttentionShape& shape, const DeviceProperties& device,
@@ -323,14 +322,21 @@ Status launch_combine(const AttentionPlan& plan, const SparseAttentionParams& pa
 }
 
 // The staging passes, the copying kernel over the staged rows and, when the call
-// may not fit them, the direct kernel behind it (each gated on the staging's verdict).
+// may not fit them, the direct kernel behind it (each gated on the staging's
+// verdict), or the direct kernel alone (staging_route).
 Status launch_staged(const AttentionPlan& plan, const SparseAttentionParams& direct, void* workspace,
                      cudaStream_t stream) {
   const StagedRowsPlan& staged = *plan.staged;
+  const StagingRoute route = staging_route(staged, direct);
+  if (route == StagingRoute::kDirectOnly) {
+    SMLA_RETURN_IF_ERROR(launch_grid(plan, direct, stream));
+    return launch_combine(plan, direct, stream);
+  }
+  const bool gated = route == StagingRoute::kNamedRowsGated;
   const StagingBuffers buffers = staging_buffers(staged.layout, static_cast<std::uint8_t*>(workspace) + partials_bytes(plan));
   SparseAttentionParams copying = direct;
   assign_workspace(staged.copying, workspace, &copying);
-  if (whole_pool_pays(direct, staged.layout)) {
+  if (route == StagingRoute::kWholePool) {
     const cudaError_t error = launch_pool_staging(staged.format, direct, staged.layout, buffers, stream);
     if (error != cudaSuccess) return cuda_failure("pool staging launch", error);
     for (int s = 0; s < direct.num_sources; ++s) copying.source[s] = pool_source(direct, s, staged.layout, buffers);
@@ -341,7 +347,6 @@ Status launch_staged(const AttentionPlan& plan, const SparseAttentionParams& dir
   if (error != cudaSuccess) return cuda_failure("row staging launch", error);
   copying.source[0] = staged_source(staged.layout, buffers);
   copying.num_sources = 1;
-  const bool gated = staged.gated && !pool_fits(direct, staged.layout);  // fewer slots than rows: every call fits
   if (gated) {
     copying.run_gate = buffers.counters + kGate;
     copying.run_gate_value = 0;
@@ -356,6 +361,13 @@ Status launch_staged(const AttentionPlan& plan, const SparseAttentionParams& dir
 }
 
 }  // namespace
+
+StagingRoute staging_route(const StagedRowsPlan& staged, const SparseAttentionParams& direct) {
+  if (whole_pool_pays(direct, staged.layout)) return StagingRoute::kWholePool;
+  // Fewer slots than the buffer's rows, or fewer index entries: every call fits.
+  if (!staged.gated || pool_fits(direct, staged.layout)) return StagingRoute::kNamedRows;
+  return staged.forced ? StagingRoute::kNamedRowsGated : StagingRoute::kDirectOnly;
+}
 
 Status launch_planned_attention(const AttentionPlan& plan, SparseAttentionParams params, void* workspace,
                                 cudaStream_t stream) {

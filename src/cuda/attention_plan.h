@@ -46,7 +46,21 @@ struct StagedRowsPlan {
   // The call may name more distinct rows than the layout holds: the direct kernel
   // is launched behind the copying one, and the staging's gate word lets one of them work.
   bool gated = false;
+  // TuningOptions::sm90_stage_rows was on: a call whose rows may overflow the buffer
+  // stages them too (the gated path); under auto it runs the direct kernel alone
+  // (staging_route).
+  bool forced = false;
 };
+
+// How a staged plan runs one call, from its caches' slot counts (launch time):
+// the whole pool expanded (it fits and its slots are few against the index
+// entries), the named rows (they fit the buffer whatever they are), the named rows
+// with the direct kernel behind (they may not fit; only when staging was forced),
+// or the direct kernel alone (they may not fit, under auto: a decode batch's rows,
+// each named by one token, overflow it, and the staging passes that find out cost
+// as much as the direct kernel: CONFIG1 b=512 740 us against 315 us direct).
+enum class StagingRoute { kWholePool, kNamedRows, kNamedRowsGated, kDirectOnly };
+StagingRoute staging_route(const StagedRowsPlan& staged, const SparseAttentionParams& direct);
 
 // One attention call's shapes. num_keys = main width + extra width (the most
 // keys any token can attend). queries_per_request (s_q, divides num_tokens)
@@ -74,12 +88,15 @@ enum class Occupancy {
 Expected<AttentionPlan> plan_attention(KernelFamily family, const AttentionShape& shape, const DeviceProperties& device,
                                        const TuningOptions& tuning, Occupancy occupancy = Occupancy::kQueryDevice);
 
-// Whether the sm90 kernel's 64-row tiles are the better layout for the shape:
-// more than 32 heads; in decode, 17-32 heads, and 1-16 heads within one wave
-// of CTAs (one token a CTA: the padding rows cost less than the portable
-// kernel's smaller tiles and its packing, docs/PERF.md, session 18); in
-// prefill, 17-32 heads within one wave and no packing.
-bool sm90_tiles_preferred(const AttentionShape& shape, const DeviceProperties& device, const TuningOptions& tuning);
+// Whether the sm90 kernel's 64-row tiles are the better layout for the shape
+// (measured on an H200, docs/PERF.md, session 18): every prefill and every head
+// count above 16, whose padding rows cost less than the portable kernel's smaller
+// tiles (prefill h_q 16 / 32 1.5x / 2.7x faster, decode TP-h32 b=128 1.2x); decode
+// of 1-16 heads within one wave of CTAs (a CTA a token, 5-22% faster) or of
+// requests of more tokens than the portable kernel packs (a prefill through
+// sparse_decode: rows shared by many tokens, 1.6x). Past one wave, decode batches
+// of 1-16 heads keep the portable kernel's 16-row tiles and packing (2-25% faster).
+bool sm90_tiles_preferred(const AttentionShape& shape, const DeviceProperties& device);
 
 struct PackRule {
   int max_rows = 32;                 // g * num_heads stays within this many rows (<= 64)

@@ -180,7 +180,7 @@ Status run_prefill(const Context& context, const PlanState& state, const SparseP
 }
 
 bool prefers_sm90_tiles(const Context& context, const Problem& problem) {
-  return cuda::sm90_tiles_preferred(attention_shape(problem), context.device(), context.tuning());
+  return cuda::sm90_tiles_preferred(attention_shape(problem), context.device());
 }
 
 using DecodeFunctions = PlannedFunctions<SparseDecodeArgs, detail::DecodeShape>;

@@ -450,9 +450,9 @@ TEST(Sm90Plan, SplitsAndL2Prefetch) {
 }
 
 // Host-only: which shapes the sm90 kernel's 64-row tiles take (nominal H100, 132
-// SMs, one sm90 CTA each). Expected by hand from the rule: every head count above
-// 32; in decode 17-32 heads always and 1-16 within 132 tokens; in prefill 17-32
-// heads within 132 tokens when no tokens are packed.
+// SMs, one sm90 CTA each). Expected by hand from the rule: every prefill and every
+// head count above 16; decode of 1-16 heads within 132 tokens or with more than 16
+// tokens a request.
 TEST(Sm90Plan, TilesPreferredByShape) {
   const DeviceProperties h100 = testing::nominal_h100();
   auto preferred = [&](bool decode, std::int64_t tokens, std::int64_t heads, std::int64_t queries_per_request = 1) {
@@ -462,22 +462,48 @@ TEST(Sm90Plan, TilesPreferredByShape) {
     shape.num_keys = 640;
     shape.queries_per_request = queries_per_request;
     shape.decode = decode;
-    return cuda::sm90_tiles_preferred(shape, h100, TuningOptions{});
+    return cuda::sm90_tiles_preferred(shape, h100);
   };
   EXPECT_TRUE(preferred(true, 4096, 64));
-  EXPECT_TRUE(preferred(true, 4096, 33));
-  EXPECT_TRUE(preferred(true, 512, 32));   // MTP-h32 s_q 4 b=128
-  EXPECT_TRUE(preferred(true, 256, 17));
+  EXPECT_TRUE(preferred(true, 1024, 32));  // TP-h32 b=512
+  EXPECT_TRUE(preferred(true, 512, 17));
   EXPECT_TRUE(preferred(true, 132, 16));   // one wave
   EXPECT_FALSE(preferred(true, 133, 16));
   EXPECT_TRUE(preferred(true, 128, 8, 2));  // MTP-h8 s_q 2 b=64, packed on the portable kernel
   EXPECT_FALSE(preferred(true, 256, 8));    // TP-h8 b=128
+  EXPECT_FALSE(preferred(true, 512, 8, 4));  // MTP-h8 s_q 4 b=128
+  EXPECT_FALSE(preferred(true, 4096, 16, 16));
+  EXPECT_TRUE(preferred(true, 4096, 16, 17));  // a prefill through sparse_decode
   EXPECT_TRUE(preferred(true, 1, 1));
-  EXPECT_TRUE(preferred(false, 4096, 64));
-  EXPECT_TRUE(preferred(false, 132, 32));
-  EXPECT_FALSE(preferred(false, 133, 32));
-  EXPECT_FALSE(preferred(false, 64, 16));
-  EXPECT_FALSE(preferred(false, 64, 8, 4));  // packs 4 tokens of 8 heads
+  EXPECT_TRUE(preferred(false, 4096, 32));
+  EXPECT_TRUE(preferred(false, 4096, 16));
+  EXPECT_TRUE(preferred(false, 64, 8, 4));
+  EXPECT_TRUE(preferred(false, 4096, 1));
+}
+
+// Host-only: how a staged plan runs a call, from its caches' slots. Expected by hand:
+// the whole pool when it fits the buffer and has at most one slot per 32 index
+// entries; the named rows when T x width or the slots fit the buffer; otherwise the
+// direct kernel alone, or, when staging was forced, the named rows gated.
+TEST(Sm90Plan, StagingRoute) {
+  auto route = [](std::int64_t tokens, int width, std::int64_t capacity, std::int64_t slots, bool forced) {
+    cuda::StagedRowsPlan staged;
+    staged.layout = cuda::staging_layout(tokens, width, 512, capacity);
+    staged.gated = tokens * width > staged.layout.capacity_rows;
+    staged.forced = forced;
+    cuda::SparseAttentionParams direct;
+    direct.num_sources = 2;
+    direct.source[0].num_slots = slots / 2;
+    direct.source[1].num_slots = slots - slots / 2;
+    return cuda::staging_route(staged, direct);
+  };
+  using cuda::StagingRoute;
+  EXPECT_EQ(route(4096, 640, 1000, 80000, false), StagingRoute::kDirectOnly);  // > 1000 slots, 2.6 M entries
+  EXPECT_EQ(route(4096, 640, 1000, 80000, true), StagingRoute::kNamedRowsGated);
+  EXPECT_EQ(route(4096, 640, 100000, 81920, false), StagingRoute::kWholePool);  // 81920 * 32 = 2621440 entries
+  EXPECT_EQ(route(4096, 640, 100000, 81921, false), StagingRoute::kNamedRows);  // fits, too many slots to pay
+  EXPECT_EQ(route(4096, 640, 100000, 200000, false), StagingRoute::kDirectOnly);
+  EXPECT_EQ(route(100, 640, 100000, 200000, false), StagingRoute::kNamedRows);  // 64000 entries fit
 }
 
 }  // namespace
