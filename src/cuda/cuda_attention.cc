@@ -139,7 +139,10 @@ std::string plan_description(const PlanState& state) {
   if (plan.prefetch_rows) text += ", L2 prefetch";
   if (plan.staged) {
     text += fmt::format(", FP8 rows staged as bf16 (up to {} rows{}) for {}-row tiles x {} head blocks, {} splits",
-                        plan.staged->layout.capacity_rows, plan.staged->gated ? ", the direct kernel behind" : "",
+                        plan.staged->layout.capacity_rows,
+                        !plan.staged->gated   ? ""
+                        : plan.staged->forced ? ", the direct kernel behind"
+                                              : "; the direct kernel alone if they may not fit, pool not staged",
                         plan.staged->copying.variant.rows, plan.staged->copying.head_blocks,
                         plan.staged->copying.num_splits);
   }
