@@ -47,7 +47,9 @@ struct SparseDecodeArgs {
   // [r * s_q, (r + 1) * s_q) are request r's. A performance hint only: results
   // are the same for any value; it must be >= 1 and divide T. The CUDA backend
   // packs a request's tokens x heads into one tile for small h_q (TP shards) and
-  // reads keys shared by those tokens once (docs/cuda_backend.md).
+  // reads keys shared by those tokens once (docs/cuda_backend.md); requests of
+  // more than 16 tokens (a prefill through sparse_decode) run on the Hopper
+  // kernel and stage their FP8 rows as bf16 (docs/cuda_sm90.md).
   std::int64_t queries_per_request = 1;
 };
 

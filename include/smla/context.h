@@ -61,8 +61,9 @@ struct TuningOptions {
   // and no key splits). SMLA_SM90_STAGE=on|off.
   Switch sm90_stage_rows = Switch::kAuto;
   // Rows the staging buffer holds, at most (-1: 256 MiB of bf16 rows). A call
-  // that may name more distinct rows runs the direct kernel instead: under auto
-  // without staging, when forced on behind staging that finds out on the device.
+  // that may name more distinct rows runs the direct kernel instead: behind
+  // staging that finds out on the device when staging is on or its requests
+  // have more than 16 tokens (queries_per_request), else without staging.
   // SMLA_SM90_STAGING_ROWS (a positive integer).
   std::int64_t sm90_staging_rows = -1;
   // sm90 kernel of copied rows (bf16 caches, the flat prefill workspace, staged

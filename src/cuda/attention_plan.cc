@@ -207,6 +207,7 @@ Status plan_staging(const AttentionShape& shape, const DeviceProperties& device,
                         staging_layout(shape.num_tokens, static_cast<int>(shape.num_keys), head_dim, max_rows)};
   staged.gated = shape.num_tokens * shape.num_keys > staged.layout.capacity_rows;
   staged.forced = !automatic;
+  staged.rows_shared = shape.queries_per_request > kMaxPackTokens;
   // A gated call has one combine for whichever grid ran: both must split alike.
   if (staged.gated && copying->num_splits != direct->num_splits) return Status::Ok();
   if (automatic && copying->num_splits != 1) return Status::Ok();
@@ -366,7 +367,7 @@ StagingRoute staging_route(const StagedRowsPlan& staged, const SparseAttentionPa
   if (whole_pool_pays(direct, staged.layout)) return StagingRoute::kWholePool;
   // Fewer slots than the buffer's rows, or fewer index entries: every call fits.
   if (!staged.gated || pool_fits(direct, staged.layout)) return StagingRoute::kNamedRows;
-  return staged.forced ? StagingRoute::kNamedRowsGated : StagingRoute::kDirectOnly;
+  return staged.forced || staged.rows_shared ? StagingRoute::kNamedRowsGated : StagingRoute::kDirectOnly;
 }
 
 Status launch_planned_attention(const AttentionPlan& plan, SparseAttentionParams params, void* workspace,

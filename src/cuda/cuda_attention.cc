@@ -130,6 +130,13 @@ cuda::AttentionShape attention_shape(const Problem& problem) {
           problem.op == Op::kSparseDecode};
 }
 
+// What runs a staged call that may name more rows than the buffer holds (cuda::staging_route).
+const char* overflow_note(const cuda::StagedRowsPlan& staged) {
+  if (!staged.gated) return "";
+  if (staged.forced || staged.rows_shared) return ", the direct kernel behind";
+  return "; the direct kernel alone if they may not fit, pool not staged";
+}
+
 std::string plan_description(const PlanState& state) {
   const auto& plan = *static_cast<const AttentionPlan*>(state.data.get());
   std::string text = fmt::format("{}-row tiles x {} head blocks, {} splits, {} stages, {} K buffers, {} B shared memory",
@@ -139,10 +146,7 @@ std::string plan_description(const PlanState& state) {
   if (plan.prefetch_rows) text += ", L2 prefetch";
   if (plan.staged) {
     text += fmt::format(", FP8 rows staged as bf16 (up to {} rows{}) for {}-row tiles x {} head blocks, {} splits",
-                        plan.staged->layout.capacity_rows,
-                        !plan.staged->gated   ? ""
-                        : plan.staged->forced ? ", the direct kernel behind"
-                                              : "; the direct kernel alone if they may not fit, pool not staged",
+                        plan.staged->layout.capacity_rows, overflow_note(*plan.staged),
                         plan.staged->copying.variant.rows, plan.staged->copying.head_blocks,
                         plan.staged->copying.num_splits);
   }

@@ -484,13 +484,16 @@ TEST(Sm90Plan, TilesPreferredByShape) {
 // Host-only: how a staged plan runs a call, from its caches' slots. Expected by hand:
 // the whole pool when it fits the buffer and has at most one slot per 32 index
 // entries; the named rows when T x width or the slots fit the buffer; otherwise the
-// direct kernel alone, or, when staging was forced, the named rows gated.
+// direct kernel alone, or, when staging was forced or the tokens share rows
+// (requests of more than 16 tokens), the named rows gated.
 TEST(Sm90Plan, StagingRoute) {
-  auto route = [](std::int64_t tokens, int width, std::int64_t capacity, std::int64_t slots, bool forced) {
+  auto route = [](std::int64_t tokens, int width, std::int64_t capacity, std::int64_t slots, bool forced,
+                  bool rows_shared = false) {
     cuda::StagedRowsPlan staged;
     staged.layout = cuda::staging_layout(tokens, width, 512, capacity);
     staged.gated = tokens * width > staged.layout.capacity_rows;
     staged.forced = forced;
+    staged.rows_shared = rows_shared;
     cuda::SparseAttentionParams direct;
     direct.num_sources = 2;
     direct.source[0].num_slots = slots / 2;
@@ -500,6 +503,7 @@ TEST(Sm90Plan, StagingRoute) {
   using cuda::StagingRoute;
   EXPECT_EQ(route(4096, 640, 1000, 80000, false), StagingRoute::kDirectOnly);  // > 1000 slots, 2.6 M entries
   EXPECT_EQ(route(4096, 640, 1000, 80000, true), StagingRoute::kNamedRowsGated);
+  EXPECT_EQ(route(4096, 640, 1000, 80000, false, true), StagingRoute::kNamedRowsGated);  // a prefill chunk
   EXPECT_EQ(route(4096, 640, 100000, 81920, false), StagingRoute::kWholePool);  // 81920 * 32 = 2621440 entries
   EXPECT_EQ(route(4096, 640, 100000, 81921, false), StagingRoute::kNamedRows);  // fits, too many slots to pay
   EXPECT_EQ(route(4096, 640, 100000, 200000, false), StagingRoute::kDirectOnly);
