@@ -103,6 +103,10 @@ constexpr std::int64_t kPrefetchMaxKeysPerCta = 4 * kSm90KeysPerTile;  // the ke
 constexpr std::int64_t kStageMinWaves = kPrefetchMaxWaves;
 constexpr std::int64_t kDefaultStagingBytes = std::int64_t{256} << 20;
 
+// Requests of more tokens than the portable kernel packs: prefill chunks, whose
+// tokens name many of the same rows (queries_per_request is the caller's hint).
+bool prefill_chunks(const AttentionShape& shape) { return shape.queries_per_request > kMaxPackTokens; }
+
 bool prefetch_rows_wanted(std::int64_t ctas, std::int64_t slots, std::int64_t keys_per_cta,
                           TuningOptions::Switch setting) {
   if (setting == TuningOptions::Switch::kOn) return true;
@@ -206,8 +210,7 @@ Status plan_staging(const AttentionShape& shape, const DeviceProperties& device,
   StagedRowsPlan staged{*copying, *format,
                         staging_layout(shape.num_tokens, static_cast<int>(shape.num_keys), head_dim, max_rows)};
   staged.gated = shape.num_tokens * shape.num_keys > staged.layout.capacity_rows;
-  staged.forced = !automatic;
-  staged.rows_shared = shape.queries_per_request > kMaxPackTokens;
+  staged.stage_on_overflow = !automatic || prefill_chunks(shape);
   // A gated call has one combine for whichever grid ran: both must split alike.
   if (staged.gated && copying->num_splits != direct->num_splits) return Status::Ok();
   if (automatic && copying->num_splits != 1) return Status::Ok();
@@ -225,7 +228,7 @@ std::size_t partials_bytes(const AttentionPlan& plan) {
 
 bool sm90_tiles_preferred(const AttentionShape& shape, const DeviceProperties& device) {
   if (shape.num_heads > 16 || !shape.decode) return true;
-  return shape.num_tokens <= device.multiprocessors || shape.queries_per_request > kMaxPackTokens;
+  return shape.num_tokens <= device.multiprocessors || prefill_chunks(shape);
 }
 
 Expected<AttentionPlan> plan_attention(KernelFamily family, const AttentionShape& shape, const DeviceProperties& device,
@@ -367,7 +370,7 @@ StagingRoute staging_route(const StagedRowsPlan& staged, const SparseAttentionPa
   if (whole_pool_pays(direct, staged.layout)) return StagingRoute::kWholePool;
   // Fewer slots than the buffer's rows, or fewer index entries: every call fits.
   if (!staged.gated || pool_fits(direct, staged.layout)) return StagingRoute::kNamedRows;
-  return staged.forced || staged.rows_shared ? StagingRoute::kNamedRowsGated : StagingRoute::kDirectOnly;
+  return staged.stage_on_overflow ? StagingRoute::kNamedRowsGated : StagingRoute::kDirectOnly;
 }
 
 Status launch_planned_attention(const AttentionPlan& plan, SparseAttentionParams params, void* workspace,

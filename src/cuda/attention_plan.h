@@ -46,22 +46,20 @@ struct StagedRowsPlan {
   // The call may name more distinct rows than the layout holds: the direct kernel
   // is launched behind the copying one, and the staging's gate word lets one of them work.
   bool gated = false;
-  // TuningOptions::sm90_stage_rows was on: a call whose rows may overflow the buffer
-  // stages them too (the gated path); under auto only when its requests have more
-  // tokens than the portable kernel packs (a prefill chunk: they share rows), else
-  // it runs the direct kernel alone (staging_route).
-  bool forced = false;
-  bool rows_shared = false;  // AttentionShape::queries_per_request > kMaxPackTokens
+  // A call whose rows may overflow the buffer stages them anyway, with the direct
+  // kernel behind (the gated path): TuningOptions::sm90_stage_rows was on, or the
+  // requests are prefill chunks, whose tokens share rows. Otherwise such a call
+  // runs the direct kernel alone (staging_route).
+  bool stage_on_overflow = false;
 };
 
 // How a staged plan runs one call, from its caches' slot counts (launch time):
 // the whole pool expanded (it fits and its slots are few against the index
 // entries), the named rows (they fit the buffer whatever they are), the named rows
-// with the direct kernel behind (they may not fit: when staging was forced or the
-// requests are prefill chunks, whose tokens share rows), or the direct kernel alone
-// (they may not fit, and the tokens are a decode batch's: each names its own rows,
-// they overflow the buffer, and the staging passes that find out cost as much as
-// the direct kernel: CONFIG1 b=512 740 us against 315 us direct).
+// with the direct kernel behind (they may not fit, and stage_on_overflow), or the
+// direct kernel alone (they may not fit, and the tokens are a decode batch's: each
+// names its own rows, they overflow the buffer, and the staging passes that find
+// out cost as much as the direct kernel: CONFIG1 b=512 740 us against 315 us direct).
 enum class StagingRoute { kWholePool, kNamedRows, kNamedRowsGated, kDirectOnly };
 StagingRoute staging_route(const StagedRowsPlan& staged, const SparseAttentionParams& direct);
 

@@ -133,7 +133,7 @@ cuda::AttentionShape attention_shape(const Problem& problem) {
 // What runs a staged call that may name more rows than the buffer holds (cuda::staging_route).
 const char* overflow_note(const cuda::StagedRowsPlan& staged) {
   if (!staged.gated) return "";
-  if (staged.forced || staged.rows_shared) return ", the direct kernel behind";
+  if (staged.stage_on_overflow) return ", the direct kernel behind";
   return "; the direct kernel alone if they may not fit, pool not staged";
 }
 

@@ -492,8 +492,7 @@ TEST(Sm90Plan, StagingRoute) {
     cuda::StagedRowsPlan staged;
     staged.layout = cuda::staging_layout(tokens, width, 512, capacity);
     staged.gated = tokens * width > staged.layout.capacity_rows;
-    staged.forced = forced;
-    staged.rows_shared = rows_shared;
+    staged.stage_on_overflow = forced || rows_shared;
     cuda::SparseAttentionParams direct;
     direct.num_sources = 2;
     direct.source[0].num_slots = slots / 2;
