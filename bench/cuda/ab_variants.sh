@@ -6,6 +6,7 @@
 # "NAME:FILE:SED" (the sed expression applied to src/cuda/FILE). Each variant is
 # built incrementally, its GPU tests run, timed on the decode cases that matter (b = 128,
 # or AB_DECODE="LABEL..." at each batch size of AB_B, e.g. AB_B="2 128"; AB_DECODE="" for none) and the prefill cases of AB_PREFILL (a label filter, empty for none),
+# each set AB_REPEAT times (default 1) in a row,
 # then src/cuda is restored (build/gpu then holds the last variant's objects until the
 # next build); "current" (the tree as carried) is timed first.
 set -uo pipefail
@@ -18,6 +19,10 @@ cp -a src/cuda/. "$saved/"
 build_log=/tmp/ab_build.log
 bench() { build/gpu/bench/cuda/smla_bench_cuda --runs 20 --warmup 3 --check-max-b 0 --json /dev/null "$@"; }
 time_set() {
+  local round
+  for round in $(seq "${AB_REPEAT:-1}"); do time_set_once "$1"; done
+}
+time_set_once() {
   {
     for b in ${AB_B:-128}; do
       for filter in ${AB_DECODE-CONFIG TP-h32 V3.2}; do bench --no-prefill --filter "$filter" --b "$b"; done
