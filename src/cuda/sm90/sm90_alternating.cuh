@@ -26,50 +26,7 @@
 // The hand-offs between the consumers are mbarriers (HandOff).
 #pragma once
 
-// The copying kernel's page of a slot, per key source: a division by the page size
-// as a multiply-high, prepared on the host for each launch (beyond_all where one
-// page holds every slot).
-struct CopyPages {
-  UnsignedDivisor page_of[2];
-
-  static CopyPages of(const SparseAttentionParams& p) {
-    CopyPages pages;
-    for (int s = 0; s < 2; ++s) {
-      const KvSourceParams& src = p.source[s];
-      const bool paged = s < p.num_sources && src.page_size >= 1 && src.page_size < src.num_slots;
-      pages.page_of[s] = paged ? UnsignedDivisor::of(static_cast<std::uint32_t>(src.page_size))
-                               : UnsignedDivisor::beyond_all();
-    }
-    return pages;
-  }
-};
-
-// The work items of one launch of the alternating kernel: the (token, head block,
-// split) blocks a grid of tokens x head_blocks x splits would start, one item each
-// (at most INT_MAX of them: the launch checks).
-struct WorkGrid {
-  int tokens;
-  int head_blocks;
-  int splits;
-  __host__ __device__ int items() const { return tokens * head_blocks * splits; }
-};
-
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-struct WorkItem {
-  int token;
-  int head0;
-  int split;
-};
-// Item `index`, numbered as the blocks of that grid start (x fastest);
-// kTokenMajor: a token's head blocks in a row, so the second finds the rows in L2.
-template <bool kTokenMajor>
-__device__ __forceinline__ WorkItem work_item(const WorkGrid& work, int index) {
-  const int per_split = work.tokens * work.head_blocks;
-  const int split = index / per_split;
-  const int block = index - split * per_split;
-  if constexpr (kTokenMajor) return {block / work.head_blocks, block % work.head_blocks * kRows, split};
-  return {block % work.tokens, block / work.tokens * kRows, split};
-}
 
 inline constexpr int kHalves = 2;
 inline constexpr int kLeftUnits = kHalfColumns / 64;  // 64-column regions in the left half
@@ -118,50 +75,48 @@ __device__ __forceinline__ void init_half_barriers(std::uint8_t* smem) {
 // per CTA. Resolving each key through the params (constant loads indexed by the
 // source, the packing and page-size tests of request_key / resolve_key) took the
 // producer's warps more issue time than the copies (ncu, docs/PERF.md), and the
-// consumers waited on it. Rows are plain (row_stride apart in a page). A key's row
-// is found without a branch: the page by a multiply-high (CopyPages; a 32-bit
-// division per key and its slow path left dead code in every key's resolve).
+// consumers waited on it. Rows are plain (row_stride apart in a page).
 struct CopySource {
+  static constexpr std::uint32_t kDividePages = 32;  // page_shift: the page size is no power of two
   const std::int32_t* indices = nullptr;  // this token's row of the index table
   const std::uint8_t* pages = nullptr;
   std::int64_t page_stride = 0;
   std::int64_t row_stride = 0;
   std::uint32_t num_slots = 0;  // <= INT32_MAX
-  std::uint32_t page_size = 0;  // 0 where one page holds every slot
-  UnsignedDivisor page_of = UnsignedDivisor::beyond_all();
+  std::uint32_t page_size = 1;
+  std::uint32_t page_shift = 0;  // slot >> page_shift is the page (31: one page holds every slot)
 
-  __device__ static CopySource of(const KvSourceParams& src, UnsignedDivisor page_of, int token) {
+  __device__ static CopySource of(const KvSourceParams& src, int token) {
     CopySource s;
     s.indices = src.indices + static_cast<std::int64_t>(token) * src.stride_indices_t;
-    s.num_slots = static_cast<std::uint32_t>(src.num_slots);
     s.pages = src.pages;
     s.page_stride = src.page_stride_bytes;
     s.row_stride = src.row_stride_bytes;
-    if (src.page_size < src.num_slots) {
+    s.num_slots = static_cast<std::uint32_t>(src.num_slots);
+    if (src.page_size >= src.num_slots) {
+      s.page_shift = 31;  // the page is 0 for every slot < 2^31
+    } else {
       s.page_size = static_cast<std::uint32_t>(src.page_size);
-      s.page_of = page_of;
+      s.page_shift = (s.page_size & (s.page_size - 1)) == 0 ? __ffs(static_cast<int>(s.page_size)) - 1 : kDividePages;
     }
     return s;
   }
-  // The row of an index value; `valid`: inside [0, num_slots) (else slot 0's row, never read).
-  __device__ const std::uint8_t* row(std::int32_t index, bool& valid) const {
-    const std::uint32_t raw = static_cast<std::uint32_t>(index);
-    valid = raw < num_slots;
-    const std::uint32_t slot = valid ? raw : 0u;
-    const std::uint32_t page = page_of.divide(slot);
-    const std::uint32_t entry = slot - page * page_size;
+  // The row of an index value, nullptr where it is outside [0, num_slots) (never read).
+  __device__ const std::uint8_t* row(std::int32_t index) const {
+    const std::uint32_t slot = static_cast<std::uint32_t>(index);
+    if (slot >= num_slots) return nullptr;
+    const std::uint32_t page = page_shift != kDividePages ? slot >> page_shift : slot / page_size;
+    const std::uint32_t entry = page_shift != kDividePages ? slot - (page << page_shift) : slot - page * page_size;
     return pages + static_cast<std::int64_t>(page) * page_stride + static_cast<std::int64_t>(entry) * row_stride;
   }
 };
 
 // A copying producer thread's keys of one tile (one per round): the index values
-// requested (-1 past the split's end), then the rows they resolve to and whether
-// each is attended (an invalid key's units are stored as zeros).
+// requested (-1 past the split's end), then the rows they resolve to (nullptr: not attended).
 template <int kRounds>
 struct TileKeys {
   std::int32_t words[kRounds];
   const std::uint8_t* rows[kRounds];
-  bool valid[kRounds];
 };
 
 // One half (units [kFirst, kEnd) of every row part: a column range) of K buffer
@@ -185,116 +140,62 @@ __device__ __forceinline__ void fill_half(std::uint8_t* smem, int parity, int bu
 #pragma unroll
   for (int r = 0; r < kRounds; ++r) {
     const int row = r * kKeysPerRound + Loader::key_of(thread);
-    Loader::template copy_async<kFirst, kEnd>(k_tile, row, part, keys.rows[r], keys.valid[r], l2_policy);
-    if (with_flags && part == 0) valid_s[buffer * kKeys + row] = keys.valid[r] ? 1 : 0;
+    Loader::template copy_async<kFirst, kEnd>(k_tile, row, part, keys.rows[r], l2_policy);
+    if (with_flags && part == 0) valid_s[buffer * kKeys + row] = keys.rows[r] != nullptr ? 1 : 0;
   }
   const std::uint32_t full = barriers.full(buffer, kHalf);
   cp_async_arrive_when_done(full);
   mbarrier_arrive(full);  // releases the zero rows and flags stored above
 }
 
-// One work item's key list as the copying producer reads it: the token's sources
-// and the split's positions [begin, end) (main's first n_main, then extra's).
-template <class Loader>
-struct ItemKeys {
-  static constexpr int kKeysPerRound = 128 / Loader::kParts;
-  static constexpr int kRounds = kKeys / kKeysPerRound;
-  CopySource main_source;
-  CopySource extra_source;
-  int begin = 0;
-  int end = 0;
-  int n_main = 0;
-
-  __device__ static ItemKeys of(const SparseAttentionParams& p, const CopyPages& pages, int token,
-                                const SplitKeys& keys) {
-    ItemKeys item;
-    item.main_source = CopySource::of(p.source[0], pages.page_of[0], token);
-    // Keys past `end` resolve through extra_source (never read, whatever it holds).
-    if (p.num_sources > 1) item.extra_source = CopySource::of(p.source[1], pages.page_of[1], token);
-    item.begin = keys.begin;
-    item.end = keys.end;
-    item.n_main = keys.n_main;
-    return item;
-  }
-  __device__ int position_of(int tile, int round, int thread) const {
-    return begin + tile * kKeys + round * kKeysPerRound + Loader::key_of(thread);
-  }
-  // A tile's index values (-1 past `end`: the odd count's extra tile reads nothing).
-  __device__ void request(int tile, TileKeys<kRounds>& keys, int thread) const {
-#pragma unroll
-    for (int r = 0; r < kRounds; ++r) {
-      const int position = position_of(tile, r, thread);
-      keys.words[r] = position >= end       ? -1
-                      : position < n_main ? __ldg(main_source.indices + position)
-                                          : __ldg(extra_source.indices + (position - n_main));
-    }
-  }
-  __device__ void resolve(int tile, TileKeys<kRounds>& keys, int thread) const {
-#pragma unroll
-    for (int r = 0; r < kRounds; ++r) {
-      keys.rows[r] = position_of(tile, r, thread) < n_main ? main_source.row(keys.words[r], keys.valid[r])
-                                                           : extra_source.row(keys.words[r], keys.valid[r]);
-    }
-  }
-};
-
-// The copying producer's index values of the next two tiles, carried from one work
-// item to the next: the next item's first two are requested during this item's
-// last pair, so a new item does not start on the index table's memory latency.
-template <class Loader>
-struct ProducerKeys {
-  TileKeys<ItemKeys<Loader>::kRounds> even;
-  TileKeys<ItemKeys<Loader>::kRounds> odd;
-  bool requested = false;  // `even` and `odd` hold the coming item's tiles 0 and 1
-};
-
 // The producer: per pair of tiles, buffer 0 left, buffer 1 right, buffer 0 right,
 // buffer 1 left, each once its last reader released it in the previous pair.
 // (The sm90 kernel never packs tokens: a key's source follows from its position.)
 // first_parity: of the pairs this CTA ran for its earlier work items (their count's).
-// next_item: the CTA's next work item (-1: none); if it has keys, its first tiles are
-// requested during the last pair, its addressing formed only then (held from the
-// start, the producer's 88 registers spilled).
-template <class Loader, bool kTokenMajor>
-__device__ __forceinline__ void run_alternating_producer(const SparseAttentionParams& p, const CopyPages& pages,
-                                                         const WorkGrid& work, std::uint8_t* smem,
-                                                         const ItemKeys<Loader>& item, int next_item, int num_pairs,
-                                                         int first_parity, int thread, ProducerKeys<Loader>& keys) {
+template <class Loader>
+__device__ __forceinline__ void run_alternating_producer(const SparseAttentionParams& p, std::uint8_t* smem, int token,
+                                                         int begin, int end, int n_main, int num_pairs,
+                                                         int first_parity, int thread) {
+  constexpr int kKeysPerRound = 128 / Loader::kParts;
+  constexpr int kRounds = kKeys / kKeysPerRound;
   const int part = Loader::part_of(thread);
+  auto position_of = [&](int tile, int round) { return begin + tile * kKeys + round * kKeysPerRound + Loader::key_of(thread); };
+  const CopySource main_source = CopySource::of(p.source[0], token);
+  const CopySource extra_source = p.num_sources > 1 ? CopySource::of(p.source[1], token) : CopySource{};
   // Each tile's indices are requested once its buffer's last half of the previous
   // pair is filled, a pair ahead of their use (requesting both right after the pair's
-  // own were resolved measured 1-2% slower, docs/PERF.md).
+  // own were resolved measured 1-2% slower, docs/PERF.md). Past `end` (the odd count's
+  // extra tile) nothing is read.
+  auto request_tile = [&](int tile, TileKeys<kRounds>& keys) {
+#pragma unroll
+    for (int r = 0; r < kRounds; ++r) {
+      const int position = position_of(tile, r);
+      keys.words[r] = position >= end       ? -1
+                      : position < n_main ? __ldg(main_source.indices + position)
+                                          : __ldg(extra_source.indices + (position - n_main));
+    }
+  };
+  auto resolve_tile = [&](int tile, TileKeys<kRounds>& keys) {
+#pragma unroll
+    for (int r = 0; r < kRounds; ++r) {
+      keys.rows[r] = position_of(tile, r) < n_main ? main_source.row(keys.words[r]) : extra_source.row(keys.words[r]);
+    }
+  };
   const std::uint64_t l2_policy = l2_evict_last_policy();
-  if (!keys.requested) {
-    item.request(0, keys.even, thread);
-    item.request(1, keys.odd, thread);
-  }
-  keys.requested = false;
+  TileKeys<kRounds> even;
+  TileKeys<kRounds> odd;
+  request_tile(0, even);
+  request_tile(1, odd);
   for (int pair = 0; pair < num_pairs; ++pair) {
     const int parity = (first_parity + pair) & 1;
-    const bool last = pair + 1 == num_pairs;
-    item.resolve(2 * pair, keys.even, thread);
-    item.resolve(2 * pair + 1, keys.odd, thread);
-    fill_half<Loader, 0, kLeftUnits>(smem, parity, 0, keys.even, part, thread, l2_policy);
-    fill_half<Loader, kLeftUnits, Loader::kUnitsPerPart>(smem, parity, 1, keys.odd, part, thread, l2_policy);
-    fill_half<Loader, kLeftUnits, Loader::kUnitsPerPart>(smem, parity, 0, keys.even, part, thread, l2_policy);
-    if (!last) {
-      item.request(2 * pair + 2, keys.even, thread);
-      fill_half<Loader, 0, kLeftUnits>(smem, parity, 1, keys.odd, part, thread, l2_policy);
-      item.request(2 * pair + 3, keys.odd, thread);
-    } else {
-      fill_half<Loader, 0, kLeftUnits>(smem, parity, 1, keys.odd, part, thread, l2_policy);
-      if (next_item >= 0) {
-        const WorkItem next = work_item<kTokenMajor>(work, next_item);
-        const SplitKeys next_keys = split_keys(p, next.token, next.split);
-        if (next_keys.begin < next_keys.end) {
-          const ItemKeys<Loader> coming = ItemKeys<Loader>::of(p, pages, next.token, next_keys);
-          coming.request(0, keys.even, thread);
-          coming.request(1, keys.odd, thread);
-          keys.requested = true;
-        }
-      }
-    }
+    resolve_tile(2 * pair, even);
+    resolve_tile(2 * pair + 1, odd);
+    fill_half<Loader, 0, kLeftUnits>(smem, parity, 0, even, part, thread, l2_policy);
+    fill_half<Loader, kLeftUnits, Loader::kUnitsPerPart>(smem, parity, 1, odd, part, thread, l2_policy);
+    fill_half<Loader, kLeftUnits, Loader::kUnitsPerPart>(smem, parity, 0, even, part, thread, l2_policy);
+    request_tile(2 * pair + 2, even);
+    fill_half<Loader, 0, kLeftUnits>(smem, parity, 1, odd, part, thread, l2_policy);
+    request_tile(2 * pair + 3, odd);
   }
 }
 
@@ -500,6 +401,34 @@ __device__ __forceinline__ void run_alternating_consumer(const SparseAttentionPa
 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
+// The work items of one launch of the alternating kernel: the (token, head block,
+// split) blocks a grid of tokens x head_blocks x splits would start, one item each
+// (at most INT_MAX of them: the launch checks).
+struct WorkGrid {
+  int tokens;
+  int head_blocks;
+  int splits;
+  __host__ __device__ int items() const { return tokens * head_blocks * splits; }
+};
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+struct WorkItem {
+  int token;
+  int head0;
+  int split;
+};
+// Item `index`, numbered as the blocks of that grid start (x fastest);
+// kTokenMajor: a token's head blocks in a row, so the second finds the rows in L2.
+template <bool kTokenMajor>
+__device__ __forceinline__ WorkItem work_item(const WorkGrid& work, int index) {
+  const int per_split = work.tokens * work.head_blocks;
+  const int split = index / per_split;
+  const int block = index - split * per_split;
+  if constexpr (kTokenMajor) return {block / work.head_blocks, block % work.head_blocks * kRows, split};
+  return {block % work.tokens, block / work.tokens * kRows, split};
+}
+#endif
+
 // The kernel of copied rows (bf16 caches, the flat prefill workspace, staged FP8
 // rows): CTA c runs items c, c + gridDim.x, ... of `work`. A grid of fewer CTAs than
 // items (persistent: one per SM) keeps each CTA's barriers, registers and
@@ -509,7 +438,7 @@ __device__ __forceinline__ void run_alternating_consumer(const SparseAttentionPa
 // CTA start and the first row gathers per item (docs/cuda_sm90.md).
 template <class Loader, bool kTokenMajor>
 __global__ void __launch_bounds__(kThreads, 1)
-    sm90_alternating_kernel(const __grid_constant__ SparseAttentionParams p, const WorkGrid work, const CopyPages pages) {
+    sm90_alternating_kernel(const __grid_constant__ SparseAttentionParams p, const WorkGrid work) {
   static_assert(Loader::kCopiesRows);
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   allow_dependent_launch();
@@ -571,14 +500,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int warpgroup = tid / 128;
   if (warpgroup == 2) {
     set_registers<Budget::kProducer>();
-    ProducerKeys<Loader> producer_keys;
     for_each_item(
-        [&](int index, const WorkItem& item, const SplitKeys& keys, int num_pairs, int pair_parity, int) {
-          const int next_item = next_index(index);
-          run_alternating_producer<Loader, kTokenMajor>(p, pages, work, smem,
-                                                        ItemKeys<Loader>::of(p, pages, item.token, keys),
-                                                        next_item < work.items() ? next_item : -1, num_pairs,
-                                                        pair_parity, tid - kConsumerThreads, producer_keys);
+        [&](int, const WorkItem& item, const SplitKeys& keys, int num_pairs, int pair_parity, int) {
+          run_alternating_producer<Loader>(p, smem, item.token, keys.begin, keys.end, keys.n_main, num_pairs,
+                                           pair_parity, tid - kConsumerThreads);
         },
         [](int, int) {});
   } else if (warpgroup == 0) {
@@ -611,6 +536,5 @@ __global__ void __launch_bounds__(kThreads, 1)
 #else
   (void)p;  // never launched: the host uses this kernel only on sm_90 devices of an sm_90a build
   (void)work;
-  (void)pages;
 #endif
 }

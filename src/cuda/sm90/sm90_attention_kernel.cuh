@@ -28,7 +28,6 @@
 #include <cstdint>
 
 #include "src/cuda/common/attention_epilogue.cuh"
-#include "src/cuda/common/unsigned_divisor.h"
 #include "src/cuda/sm90/sm90_ptx.cuh"
 #include "src/cuda/sm90/sm90_row_loaders.cuh"
 #include "src/cuda/sm90/wgmma_ops.cuh"

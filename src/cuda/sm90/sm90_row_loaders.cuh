@@ -239,21 +239,19 @@ struct Sm90RowLoader {
     }
   }
 
-  // Copies this part's units of a bf16 row straight into row `key` of a K tile
-  // with cp.async (the caller commits and waits); a key not attended (`valid`
-  // false) gets zero units instead, stored by this thread. Units j in [kFirst,
-  // kEnd) of the part only: unit part + kParts j (kParts is 8 for copied rows) is
-  // column unit `part` of the tile's 64-column region j, so a range is a column
-  // range, and every unit of the part sits at one swizzled offset plus j regions.
-  // (Zero-byte cp.async copies in place of the stores measured the same without the
-  // L2 policy; with it, they ran into an illegal-instruction fault: docs/PERF.md.)
+  // Copies this part's units of a bf16 row (nullptr: a key not attended, whose
+  // units are zeroed) straight into row `key` of a K tile with cp.async (the
+  // caller commits and waits). Units j in [kFirst, kEnd) of the part only: unit
+  // part + kParts j (kParts is 8 for copied rows) is column unit `part` of the
+  // tile's 64-column region j, so a range is a column range, and every unit of
+  // the part sits at one swizzled offset plus j regions.
   template <int kFirst = 0, int kEnd = kUnitsPerPart>
-  __device__ static void copy_async(std::uint8_t* tile, int key, int part, const std::uint8_t* row, bool valid,
+  __device__ static void copy_async(std::uint8_t* tile, int key, int part, const std::uint8_t* row,
                                     std::uint64_t l2_policy) {
     static_assert(kCopiesRows && kParts == 8 && 0 <= kFirst && kFirst <= kEnd && kEnd <= kUnitsPerPart);
     constexpr int kRegionBytes = 64 * kSwizzleRowBytes;
     std::uint8_t* at = tile + swizzled_offset(key, part);
-    if (!valid) {
+    if (row == nullptr) {
 #pragma unroll
       for (int j = kFirst; j < kEnd; ++j) *reinterpret_cast<uint4*>(at + j * kRegionBytes) = make_uint4(0, 0, 0, 0);
       return;

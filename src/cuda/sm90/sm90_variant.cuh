@@ -28,7 +28,7 @@ cudaError_t launch_sm90_attention(const SparseAttentionParams& caller_params, di
     const std::int64_t most = flags.persistent_ctas > 0 ? flags.persistent_ctas : items;
     const auto ctas = static_cast<unsigned>(std::min(items, most));
     const WorkGrid work{static_cast<int>(grid.x), static_cast<int>(grid.y), static_cast<int>(grid.z)};
-    kernel<<<ctas, kThreads, smem_bytes, stream>>>(params, work, CopyPages::of(params));
+    kernel<<<ctas, kThreads, smem_bytes, stream>>>(params, work);
     return cudaGetLastError();
   } else {
     // The two head blocks of an h_q 65..128 token run as a CTA pair that shares the expansion.

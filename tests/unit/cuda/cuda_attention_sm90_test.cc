@@ -10,14 +10,12 @@
 #include <algorithm>
 #include <cstdlib>
 #include <functional>
-#include <random>
 #include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "src/cuda/attention_plan.h"
-#include "src/cuda/common/unsigned_divisor.h"
 #include "tests/common/test_common.h"
 #include "tests/unit/cuda/attention_expect.h"
 
@@ -509,48 +507,6 @@ TEST(Sm90Plan, StagingRoute) {
   EXPECT_EQ(route(4096, 640, 100000, 81921, false), StagingRoute::kNamedRows);  // fits, too many slots to pay
   EXPECT_EQ(route(4096, 640, 100000, 200000, false), StagingRoute::kDirectOnly);
   EXPECT_EQ(route(100, 640, 100000, 200000, false), StagingRoute::kNamedRows);  // 64000 entries fit
-}
-
-// Host-only: the copying kernel's page lookup (a multiply-high, an add and a shift)
-// against integer division, on every divisor below 4096 with small and random
-// dividends, and on random divisors up to 2^31 - 1 at the edges of their quotients
-// (d - 1, d, 2 d - 1, the largest dividend). The device computes the same formula
-// with __umulhi (the odd page sizes of the GPU cases above).
-TEST(UnsignedDivisor, MatchesIntegerDivision) {
-  constexpr std::uint32_t kLargest = (1u << 31) - 1;
-  const std::uint64_t seed = testing::test_seed();
-  SMLA_SEED_TRACE(seed);
-  std::mt19937_64 rng(seed);
-  long mismatches = 0;
-  auto check = [&](std::uint32_t divisor, std::uint32_t dividend) {
-    const std::uint32_t quotient = cuda::UnsignedDivisor::of(divisor).divide(dividend);
-    if (quotient != dividend / divisor) {
-      if (++mismatches <= 5) ADD_FAILURE() << dividend << " / " << divisor << " gave " << quotient;
-    }
-  };
-  for (std::uint32_t divisor = 1; divisor < 4096; ++divisor) {
-    for (std::uint32_t dividend = 0; dividend < 3 * divisor + 70; ++dividend) check(divisor, dividend);
-    for (int i = 0; i < 32; ++i) check(divisor, static_cast<std::uint32_t>(rng() % (kLargest + 1ull)));
-    check(divisor, kLargest);
-  }
-  for (int i = 0; i < 200000; ++i) {
-    const auto divisor = static_cast<std::uint32_t>(1 + rng() % kLargest);
-    const std::uint64_t d = divisor;
-    for (const std::uint64_t dividend : {d - 1, d, 2 * d - 1, std::uint64_t{kLargest}, rng() % (std::uint64_t{kLargest} + 1)}) {
-      check(divisor, static_cast<std::uint32_t>(std::min<std::uint64_t>(dividend, kLargest)));
-    }
-  }
-  for (std::uint32_t power = 0; power < 31; ++power) {
-    for (const std::uint32_t divisor : {1u << power, (1u << power) + 1, std::max(1u, (1u << power) - 1)}) {
-      check(divisor, kLargest);
-      check(divisor, divisor);
-    }
-  }
-  // One page holding every slot: the quotient of every dividend below 2^31 is 0.
-  for (const std::uint32_t dividend : {0u, 1u, 12345u, kLargest}) {
-    EXPECT_EQ(cuda::UnsignedDivisor::beyond_all().divide(dividend), 0u);
-  }
-  EXPECT_EQ(mismatches, 0);
 }
 
 }  // namespace
