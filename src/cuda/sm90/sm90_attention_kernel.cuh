@@ -781,7 +781,10 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_attention_kernel(const __gri
     stage_query<Loader::kDim>(p, token, head0, smem, tid);
     run_value_warpgroup<Loader, kPair>(p, smem, token, head0, split, begin, end, n_main, num_tiles, tid - 128, rank);
   }
-  if constexpr (kPair) cluster_sync();  // no CTA leaves while its peer may still reach into it
+  // No CTA leaves while its peer may still reach into it. Each consumer warp's
+  // arrivals on the peer's kPeerEmpty are waited for by the peer's producer before
+  // its next send, and the sends by their receiver's consumers, so none is in flight here.
+  if constexpr (kPair) cluster_meet();
 #else
   (void)p;  // never launched: the host uses this kernel only on sm_90 devices of an sm_90a build
 #endif

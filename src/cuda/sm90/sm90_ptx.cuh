@@ -58,6 +58,13 @@ __device__ __forceinline__ std::uint32_t cluster_rank() {
 __device__ __forceinline__ void cluster_sync() {
   asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
 }
+// All threads of both CTAs have arrived, with no memory ordering: for the pair's
+// last meeting, where every access one CTA makes to the other's shared memory was
+// already waited for on an mbarrier. (A release there waited for the CTA's output
+// stores: ERRBAR, 7% of a V3.2 b=2 decode's warp samples, ncu, docs/PERF.md.)
+__device__ __forceinline__ void cluster_meet() {
+  asm volatile("barrier.cluster.arrive.relaxed;\nbarrier.cluster.wait;\n" ::: "memory");
+}
 // The address of the same shared-memory byte in CTA `rank` of the cluster.
 __device__ __forceinline__ std::uint32_t peer_address(std::uint32_t local, std::uint32_t rank) {
   std::uint32_t remote;
