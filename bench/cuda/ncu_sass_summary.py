@@ -9,8 +9,13 @@ Input: the SASS source page as CSV, as bench/cuda/ncu_compare.sh writes it
   - samples by code region, the regions split at EXIT instructions (in
     warp-specialised kernels each warpgroup's code ends in its own EXIT);
   - the instructions with the most samples, with the barrier wait a spinning
-    branch belongs to.
-  bench/cuda/ncu_sass_summary.py smla.sass.csv [--top 30]
+    branch belongs to;
+  - with --regions: per region, its static and executed instruction counts, the
+    warp instructions it issued by opcode, and its stall reasons, so two kernels'
+    warpgroups can be set side by side (session 19 of docs/PERF.md);
+  - with --blocks START END: instructions START..END as runs of equal execution
+    count (hot loop, once per work item, never run) with their samples.
+  bench/cuda/ncu_sass_summary.py smla.sass.csv [--top 30] [--regions] [--blocks 3200 7448]
 """
 import argparse
 import collections
@@ -41,6 +46,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("csv")
     parser.add_argument("--top", type=int, default=30)
+    parser.add_argument("--regions", action="store_true", help="per-region instruction and stall breakdown")
+    parser.add_argument("--blocks", type=int, nargs=2, metavar=("START", "END"),
+                        help="instructions START..END as runs of equal execution count")
     args = parser.parse_args()
     kernel, header, rows = load(args.csv)
     col = {name: i for i, name in enumerate(header)}
@@ -74,6 +82,45 @@ def main():
             if region >= total / 100:
                 print(f"  [{start:5d}, {i:5d}] {region:7d} ({100 * region / total:4.1f}%)")
             start = i + 1
+
+    def opcode(i):
+        words = rows[i][1].split()
+        if not words:
+            return ""
+        word = words[1] if words[0].startswith("@") and len(words) > 1 else words[0]
+        return word.split(".")[0]
+
+    def reasons_of(indices):
+        counts = {n[6:]: sum(as_int(rows[k][col[n]]) for k in indices) for n in stalls}
+        return ", ".join(f"{n} {v}" for n, v in sorted(counts.items(), key=lambda kv: -kv[1])[:6] if v)
+
+    if args.regions:
+        print("regions in detail (warp instructions issued, by opcode, in millions):")
+        start = 0
+        for i, r in enumerate(rows + [["", "EXIT"]]):
+            if "EXIT" in r[1] or i == len(rows):
+                span = range(start, min(i + 1, len(rows)))
+                issued = collections.Counter()
+                for k in span:
+                    issued[opcode(k)] += executed[k]
+                run = sum(1 for k in span if executed[k])
+                print(f"  [{start:5d}, {i:5d}] static {len(span)}, run {run}, issued {sum(issued.values()) / 1e6:.1f} M: "
+                      + ", ".join(f"{o} {v / 1e6:.1f}" for o, v in issued.most_common(10)))
+                print(f"      stalls: {reasons_of(span)}")
+                start = i + 1
+
+    if args.blocks:
+        first, last = args.blocks
+        print(f"instructions {first}..{last} as runs of equal execution count:")
+        begin = first
+        for i in range(first + 1, min(last, len(rows)) + 1):
+            if i == min(last, len(rows)) or executed[i] != executed[begin]:
+                span = range(begin, i)
+                marks = collections.Counter(opcode(k) for k in span
+                                            if opcode(k) in ("HGMMA", "SYNCS", "BAR", "MUFU", "LDGSTS", "STG", "STSM"))
+                print(f"  [{begin:5d}, {i:5d}) x{executed[begin]:<8d} {len(span):4d} instructions, "
+                      f"{sum(samples[k] for k in span):6d} samples {dict(marks)}")
+                begin = i
 
     print(f"top {args.top} instructions:")
     for i in sorted(sorted(range(len(rows)), key=lambda k: -samples[k])[:args.top]):
