@@ -74,14 +74,19 @@ def main():
     for e, s in sorted(by_count.items(), key=lambda kv: -kv[1])[:8]:
         print(f"  executed {e:>10}: {s:7d} ({100 * s / total:4.1f}%)")
 
-    print("regions (split at EXIT):")
+    # Regions [first, last]: each ends at an EXIT (or the last instruction, printed as len(rows)).
+    regions = []
     start = 0
     for i, r in enumerate(rows + [["", "EXIT"]]):
         if "EXIT" in r[1] or i == len(rows):
-            region = sum(samples[start:i + 1])
-            if region >= total / 100:
-                print(f"  [{start:5d}, {i:5d}] {region:7d} ({100 * region / total:4.1f}%)")
+            regions.append((start, i))
             start = i + 1
+
+    print("regions (split at EXIT):")
+    for first, last in regions:
+        region = sum(samples[first:last + 1])
+        if region >= total / 100:
+            print(f"  [{first:5d}, {last:5d}] {region:7d} ({100 * region / total:4.1f}%)")
 
     def opcode(i):
         words = rows[i][1].split()
@@ -96,18 +101,15 @@ def main():
 
     if args.regions:
         print("regions in detail (warp instructions issued, by opcode, in millions):")
-        start = 0
-        for i, r in enumerate(rows + [["", "EXIT"]]):
-            if "EXIT" in r[1] or i == len(rows):
-                span = range(start, min(i + 1, len(rows)))
-                issued = collections.Counter()
-                for k in span:
-                    issued[opcode(k)] += executed[k]
-                run = sum(1 for k in span if executed[k])
-                print(f"  [{start:5d}, {i:5d}] static {len(span)}, run {run}, issued {sum(issued.values()) / 1e6:.1f} M: "
-                      + ", ".join(f"{o} {v / 1e6:.1f}" for o, v in issued.most_common(10)))
-                print(f"      stalls: {reasons_of(span)}")
-                start = i + 1
+        for first, last in regions:
+            span = range(first, min(last + 1, len(rows)))
+            issued = collections.Counter()
+            for k in span:
+                issued[opcode(k)] += executed[k]
+            run = sum(1 for k in span if executed[k])
+            print(f"  [{first:5d}, {last:5d}] static {len(span)}, run {run}, issued {sum(issued.values()) / 1e6:.1f} M: "
+                  + ", ".join(f"{o} {v / 1e6:.1f}" for o, v in issued.most_common(10)))
+            print(f"      stalls: {reasons_of(span)}")
 
     if args.blocks:
         first, last = args.blocks

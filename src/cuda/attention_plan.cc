@@ -325,17 +325,12 @@ Status launch_combine(const AttentionPlan& plan, const SparseAttentionParams& pa
   return Status::Ok();
 }
 
-// The staging passes, the copying kernel over the staged rows and, when the call
-// may not fit them, the direct kernel behind it (each gated on the staging's
-// verdict), or the direct kernel alone (staging_route).
-Status launch_staged(const AttentionPlan& plan, const SparseAttentionParams& direct, void* workspace,
-                     cudaStream_t stream) {
+// The staging passes of `route` (not kDirectOnly), the copying kernel over the
+// staged rows and, when the call may not fit them, the direct kernel behind it
+// (each gated on the staging's verdict).
+Status launch_staged(const AttentionPlan& plan, StagingRoute route, const SparseAttentionParams& direct,
+                     void* workspace, cudaStream_t stream) {
   const StagedRowsPlan& staged = *plan.staged;
-  const StagingRoute route = staging_route(staged, direct);
-  if (route == StagingRoute::kDirectOnly) {
-    SMLA_RETURN_IF_ERROR(launch_grid(plan, direct, stream));
-    return launch_combine(plan, direct, stream);
-  }
   const bool gated = route == StagingRoute::kNamedRowsGated;
   const StagingBuffers buffers = staging_buffers(staged.layout, static_cast<std::uint8_t*>(workspace) + partials_bytes(plan));
   SparseAttentionParams copying = direct;
@@ -377,7 +372,10 @@ Status launch_planned_attention(const AttentionPlan& plan, SparseAttentionParams
                                 cudaStream_t stream) {
   if (params.num_tokens == 0 || params.num_heads == 0) return Status::Ok();
   assign_workspace(plan, workspace, &params);
-  if (plan.staged) return launch_staged(plan, params, workspace, stream);
+  if (plan.staged) {
+    const StagingRoute route = staging_route(*plan.staged, params);
+    if (route != StagingRoute::kDirectOnly) return launch_staged(plan, route, params, workspace, stream);
+  }
   if (plan.pack_tokens > 1) {
     const cudaError_t error = launch_pack_union(params, stream);
     if (error != cudaSuccess) return cuda_failure("pack prepass launch", error);
