@@ -7,11 +7,13 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <random>
 #include <type_traits>
 #include <utility>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "bench/cuda/synthetic_fill.h"
@@ -153,8 +155,12 @@ inline TensorView on_host(TensorView view, void* data) {
 
 // Times `enqueue(stream)` with CUDA events: per run a 256 MB memset flushes L2
 // first; returns the sorted times (us) of the runs after the warm-up.
+// SMLA_BENCH_WARM_L2=1 skips the flush (a diagnosis: what the kernels' code and
+// rows cost when L2 still holds them; never for recorded figures).
 template <class Enqueue>
 std::vector<float> time_runs(int warmup, int runs, Enqueue&& enqueue) {
+  const char* warm_l2 = std::getenv("SMLA_BENCH_WARM_L2");
+  const bool flush_l2 = warm_l2 == nullptr || std::string_view(warm_l2) != "1";
   DeviceBuffer flush(kFlushBytes);
   cudaStream_t stream = nullptr;
   check_cuda(cudaStreamCreate(&stream), "stream");
@@ -163,7 +169,7 @@ std::vector<float> time_runs(int warmup, int runs, Enqueue&& enqueue) {
   check_cuda(cudaEventCreate(&stop), "event");
   std::vector<float> times;
   for (int run = 0; run < warmup + runs; ++run) {
-    check_cuda(cudaMemsetAsync(flush.data(), run & 0xFF, kFlushBytes, stream), "flush");
+    if (flush_l2) check_cuda(cudaMemsetAsync(flush.data(), run & 0xFF, kFlushBytes, stream), "flush");
     check_cuda(cudaEventRecord(start, stream), "record");
     enqueue(stream);
     check_cuda(cudaEventRecord(stop, stream), "record");

@@ -283,6 +283,7 @@ __device__ __forceinline__ void run_alternating_consumer(const SparseAttentionPa
       issue_score_steps<Loader::kDim, 0, kLeftSteps>(s, q_desc, k_desc, barriers.full(0, 0), parity, true);
       issue_score_steps<Loader::kDim, kLeftSteps, kSteps>(s, q_desc, k_desc, barriers.full(0, 1), parity, false);
       wgmma_commit();
+      if (thread == 0) trace_item(kItemFirstTiles);
     } else {
       // The pair before's last P V, then this pair's Q K^T: the left half (refilled since
       // even's own P V) under that P V, the right half (refilled once odd's P V of the
@@ -369,6 +370,7 @@ __device__ __forceinline__ void run_alternating_consumer(const SparseAttentionPa
     wgmma_wait<0>();
     pin_registers(o);
     mbarrier_arrive(barriers.empty(1, 0));  // buffer 1, left: the next item's first pair may fill it
+    if (thread == 0) trace_item(kItemPairsDone);
   }
 
   // Row statistics: each warpgroup's sums over its tiles meet; even publishes.
@@ -397,6 +399,7 @@ __device__ __forceinline__ void run_alternating_consumer(const SparseAttentionPa
   // next item's Q arrives there through the async proxy.
   fence_view_async_shared();
   named_barrier_sync(kConsumers, kConsumerThreads);
+  if (!kOdd && thread == 0) trace_item(kItemOutputDone);
 }
 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
@@ -453,6 +456,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     mbarrier_init(smem_address(smem + Layout::kQueryLoaded), 1);
     init_half_barriers<Loader::kDim>(smem);
     fence_mbarrier_init_cluster();  // the barriers, before tensor loads (async proxy) complete on one
+    trace(kTraceStart);  // the first item's spans count from here
   }
   __syncthreads();
 
@@ -515,6 +519,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for_each_item(
         [&](int index, const WorkItem& item, const SplitKeys&, int num_pairs, int pair_parity, int query_parity) {
           stage_query<Loader::kDim>(p, item.token, item.head0, smem, tid, query_parity);
+          if (tid == 0) trace_item(kItemQueryIn);
           run_alternating_consumer<Loader, false>(p, smem, item.token, item.head0, item.split, num_pairs, pair_parity,
                                                   tid);
           request_next_query(index);
@@ -533,6 +538,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         },
         [&](int, int query_parity) { skip_query(query_parity); });
   }
+  trace_items_print();
 #else
   (void)p;  // never launched: the host uses this kernel only on sm_90 devices of an sm_90a build
   (void)work;

@@ -30,6 +30,7 @@
 #include "src/cuda/common/attention_epilogue.cuh"
 #include "src/cuda/sm90/sm90_ptx.cuh"
 #include "src/cuda/sm90/sm90_row_loaders.cuh"
+#include "src/cuda/sm90/sm90_trace.cuh"
 #include "src/cuda/sm90/wgmma_ops.cuh"
 #include "src/cuda/sm80/sparse_attention_kernel.cuh"
 
@@ -353,12 +354,18 @@ __device__ __forceinline__ void run_producer(const SparseAttentionParams& p, std
     if (round % kRounds == 0) wait_buffer_free<Loader::kDim, kPair>(smem, tile, buffer, thread);
     const int key = first_row + (round % kRounds) * kKeysPerRound + key_in_round;
     const float fp8_scale = key_source(p, keys[current].source).fp8_scale;
+    if (thread == 0 && round == 0) trace_when_loaded(kTraceRows0In, shares[current].units[0].x);
     Loader::store(smem + Layout::kK + buffer * Layout::kTileBytes, key, part, shares[current], fp8_scale);
     if (part == 0) valid_s[buffer * kKeys + key] = keys[current].valid ? 1 : 0;
-    if (round % kRounds == kRounds - 1) publish_tile<Loader::kDim, kPair>(smem, tile, buffer, rank, thread);
+    if (round % kRounds == kRounds - 1) {
+      publish_tile<Loader::kDim, kPair>(smem, tile, buffer, rank, thread);
+      if (thread == 0 && tile == 0) trace(kTraceTile0Stored);
+      if (thread == 0 && tile == num_tiles - 1) trace(kTraceLastTileStored);
+    }
   };
 #pragma unroll
   for (int i = 0; i < kAhead; ++i) keys[i] = resolve_key(p, request_round(i));
+  if (thread == 0) trace(kTraceFirstKeys);
 #pragma unroll
   for (int i = 0; i < kAhead; ++i) load_share(keys[i], shares[i]);
   pending = request_round(kAhead);
@@ -586,9 +593,11 @@ __device__ __forceinline__ void run_score_warpgroup(const SparseAttentionParams&
     const int buffer = tile & 1;
     const std::uint32_t k_address = smem_address(smem + Layout::kK + buffer * Layout::kTileBytes);
     wait_full<Loader::kDim, kPair>(smem, tile, buffer);
+    if (thread == 0 && tile == 0) trace(kTraceTile0Full);
 
     float s[32];
     score_tile<Loader::kDim>(s, q_desc, make_sw128_desc(k_address, 16, kSwizzleAtomBytes));
+    if (thread == 0 && tile == 0) trace(kTraceScores0);
     float tile_max[2];
     mask_scores(s, valid_s + buffer * kKeys, lane, tile_max);
     float alpha[2];
@@ -616,6 +625,7 @@ __device__ __forceinline__ void run_score_warpgroup(const SparseAttentionParams&
     release_buffer<Loader::kDim, kPair>(smem, tile, num_tiles, buffer, lane, rank);
   }
 
+  if (thread == 0) trace(kTraceTilesDone);
   // Row statistics: the quad's partial sums meet.
 #pragma unroll
   for (int h = 0; h < 2; ++h) row_sum[h] = row_reduce_sum<4>(row_sum[h]);
@@ -624,6 +634,7 @@ __device__ __forceinline__ void run_score_warpgroup(const SparseAttentionParams&
   write_output_half<Loader::kDim>(p, o, smem, token, head0, split, 0,
                                   reinterpret_cast<const float*>(smem + Layout::kRowMax),
                                   reinterpret_cast<const float*>(smem + Layout::kRowSum), warp, lane);
+  if (thread == 0) trace(kTraceOutputWritten);
 }
 
 template <class Loader, bool kPair>
@@ -685,6 +696,7 @@ __device__ __forceinline__ void run_value_warpgroup(const SparseAttentionParams&
   write_output_half<Loader::kDim>(p, o, smem, token, head0, split, 1,
                                   reinterpret_cast<const float*>(smem + Layout::kRowMax),
                                   reinterpret_cast<const float*>(smem + Layout::kRowSum), warp, lane);
+  if (thread == 0) trace(kTraceValueDone);
 }
 
 // The dynamic shared memory, its base aligned to the 1024-byte swizzle atom.
@@ -726,6 +738,8 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_attention_kernel(const __gri
   // (Not aligned_shared_memory(): through it ptxas spilled 24 bytes in the FP8-rows kernels.)
   const std::uint32_t raw_address = smem_address(smem_raw);
   std::uint8_t* smem = smem_raw + ((kSwizzleAtomBytes - raw_address % kSwizzleAtomBytes) % kSwizzleAtomBytes);
+  const long long trace_start = trace_global_time();
+  if (threadIdx.x == 0) trace(kTraceStart);
 
   // Blocks start in x-fastest order. kTokenMajor renumbers them so that a
   // token's head blocks start together and the second reads the rows the first
@@ -757,6 +771,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_attention_kernel(const __gri
   } else {
     __syncthreads();
   }
+  if (tid == 0) trace(kTraceBarriersReady);
 
   // This split's share of the token's valid keys, from the length values on the device.
   const auto [n_main, begin, end] = split_keys(p, token, split);
@@ -765,6 +780,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_attention_kernel(const __gri
     return;
   }
   const int num_tiles = (end - begin + kKeys - 1) / kKeys;
+  if (tid == 0) trace(kTraceLengthsRead);
 
   using Budget = RegisterBudget<false>;
   const int warpgroup = tid / 128;
@@ -775,6 +791,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_attention_kernel(const __gri
     if (p.q_by_tensor_map && tid == 0) request_query<Loader::kDim>(p, token, head0, smem);
     set_registers<Budget::kScore>();
     stage_query<Loader::kDim>(p, token, head0, smem, tid);
+    if (tid == 0) trace(kTraceQueryStaged);
     run_score_warpgroup<Loader, kPair>(p, smem, token, head0, split, num_tiles, tid, rank);
   } else {
     set_registers<Budget::kValue>();
@@ -785,6 +802,8 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_attention_kernel(const __gri
   // arrivals on the peer's kPeerEmpty are waited for by the peer's producer before
   // its next send, and the sends by their receiver's consumers, so none is in flight here.
   if constexpr (kPair) cluster_meet();
+  if (tid == 0) trace(kTraceEnd);
+  trace_print(trace_start);
 #else
   (void)p;  // never launched: the host uses this kernel only on sm_90 devices of an sm_90a build
 #endif

@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""Summarizes the phase timeline of the sm90 kernels (src/cuda/sm90/sm90_trace.cuh).
+
+Reads the output of a benchmark built with -DSMLA_SM90_TRACE (lines "sm90trace ..." from the
+FP8 rows kernel, "sm90items ..." from the copying kernel, "=== TITLE" lines between runs) and
+prints, for the last launch of each titled run, the median time of every event from the CTA's
+start (FP8 kernel) or the share of each phase in the even warpgroup's time (copying kernel).
+  sm90_trace.py LOG [--clock-mhz 1980]
+"""
+import argparse
+import statistics
+
+EVENTS = ["barriers", "lengths", "first_keys", "tile0_stored", "last_stored", "query_staged", "tile0_full",
+          "tiles_done", "output_written", "value_done", "end", "rows0_in", "scores0"]
+LAUNCH_GAP_NS = 100_000  # CTAs of one launch start within this of each other
+
+
+def parse(path):
+    runs, title = {}, "untitled"
+    for line in open(path, errors="replace"):
+        if line.startswith("=== "):
+            title = line[4:].strip()
+            runs.setdefault(title, {"trace": [], "items": []})
+            continue
+        fields = line.split()
+        if not fields:
+            continue
+        run = runs.setdefault(title, {"trace": [], "items": []})
+        if fields[0] == "sm90trace":
+            start = int(fields[8])
+            deltas = [int(v) for v in fields[10:]]
+            run["trace"].append((start, deltas))
+        elif fields[0] == "sm90items":
+            run["items"].append(dict(zip(fields[1::2], (int(v) for v in fields[2::2]))))
+    return runs
+
+
+def last_launch(rows):
+    rows = sorted(rows, key=lambda r: r[0])
+    launch = [rows[0]]
+    for row in rows[1:]:
+        launch = launch + [row] if row[0] - launch[-1][0] <= LAUNCH_GAP_NS else [row]
+    return launch
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("log")
+    parser.add_argument("--clock-mhz", type=float, default=1980.0, help="SM clock under load (cycles -> us)")
+    args = parser.parse_args()
+    us = lambda cycles: cycles / args.clock_mhz
+    for title, run in parse(args.log).items():
+        if run["trace"]:
+            launch = last_launch(run["trace"])
+            print(f"{title}: FP8 kernel, {len(launch)} CTAs of the last launch, us from each CTA's start "
+                  f"(median / min / max)")
+            events = min(len(launch[0][1]), len(EVENTS))  # older logs stamp fewer events
+            order = sorted(range(events), key=lambda e: statistics.median(d[e] for _, d in launch))
+            for e in order:
+                values = [d[e] for _, d in launch]
+                print(f"  {EVENTS[e]:15} {us(statistics.median(values)):8.2f} {us(min(values)):8.2f} "
+                      f"{us(max(values)):8.2f}")
+        if run["items"]:
+            # One launch = as many lines as CTAs; the copying kernel's grid is at most one CTA per SM.
+            rows = run["items"]
+            ctas = len({r["cta"] for r in rows})
+            launches = [rows[i:i + ctas] for i in range(0, len(rows), ctas)]
+            for index, launch in enumerate(launches):
+                total = {k: sum(r[k] for r in launch) for k in ("query", "first_tiles", "pairs", "output", "items")}
+                begin = sum(r["start"] + r["output"] - r["last"] for r in launch if r["items"])
+                spans = {
+                    "query": total["query"] - begin,
+                    "first_tiles": total["first_tiles"] - total["query"],
+                    "pairs": total["pairs"] - total["first_tiles"],
+                    "output": total["output"] - total["pairs"],
+                }
+                whole = sum(spans.values())
+                print(f"{title}: copying kernel, launch {index}, {total['items']} items: " + ", ".join(
+                    f"{name} {100 * value / whole:.1f}% ({us(value / total['items']):.2f} us/item)"
+                    for name, value in spans.items()))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,109 @@
+// A timeline of the sm90 kernels' phases, for reading where a short CTA's time goes
+// (docs/cuda_backend.md, "Phase timeline"). Compiled in only with -DSMLA_SM90_TRACE:
+// chosen threads stamp the SM clock at fixed events into a global table, and thread 0
+// of each CTA prints its row when the CTA ends (one line a CTA and launch, "sm90trace").
+// Without the macro every call below is empty.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+
+namespace smla::cuda::sm90 {
+
+enum TraceEvent : int {
+  kTraceStart = 0,         // thread 0, kernel entry
+  kTraceBarriersReady,     // thread 0, after the CTA's (or the pair's) first barrier
+  kTraceLengthsRead,       // thread 0, the split's keys known
+  kTraceFirstKeys,         // producer thread 0: the first pass's index values resolved
+  kTraceTile0Stored,       // producer thread 0: tile 0 published
+  kTraceLastTileStored,    // producer thread 0: the last tile published
+  kTraceQueryStaged,       // consumer thread 0: Q in shared memory
+  kTraceTile0Full,         // consumer thread 0: tile 0 (and the peer's half) in
+  kTraceTilesDone,         // consumer thread 0: every tile's P V done
+  kTraceOutputWritten,     // consumer thread 0: its half of the output stored
+  kTraceValueDone,         // value / odd thread 0: its half of the output stored
+  kTraceEnd,               // thread 0, after the last barrier
+  kTraceRows0In,           // producer thread 0: its first pass's row loads landed
+  kTraceScores0,           // consumer thread 0: tile 0's Q K^T done
+  kTraceEvents,
+};
+
+// The copying (alternating) kernel: per CTA, the even warpgroup's stamps at each
+// phase end summed over its work items (a persistent CTA runs many short items).
+// Sums by reduction (no load waits in the kernel); a phase's time is the difference
+// of two sums (bench/cuda/sm90_trace.py).
+enum ItemStamp : int {
+  kItemQueryIn = 1,  // the Q tile in (the item before's output stored)
+  kItemFirstTiles,   // the first pair's tiles for even in
+  kItemPairsDone,    // every pair's P V done
+  kItemOutputDone,   // the output stored, both warpgroups done with the Q tile
+  kItemCount,        // the count of items
+  kItemLastOutput,   // the last item's kItemOutputDone stamp
+};
+
+#if defined(SMLA_SM90_TRACE)
+inline constexpr int kTraceCtas = 1 << 14;
+static_assert(kTraceEvents == 14, "trace_print prints 13 deltas");
+static __device__ long long g_sm90_trace[kTraceCtas][kTraceEvents];  // one per translation unit; the host pass sees it too (its stub registers it)
+#endif
+
+#if defined(SMLA_SM90_TRACE) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+__device__ __forceinline__ int trace_cta() {
+  return static_cast<int>(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z)) % kTraceCtas;
+}
+__device__ __forceinline__ void trace(TraceEvent event) { g_sm90_trace[trace_cta()][event] = clock64(); }
+// Stamps once `value` (a load's destination) has landed: the asm reads it, so it waits on the load.
+__device__ __forceinline__ void trace_when_loaded(TraceEvent event, std::uint32_t value) {
+  std::uint32_t sink;
+  asm volatile("mov.b32 %0, %1;" : "=r"(sink) : "r"(value));
+  asm volatile("" ::"r"(sink));
+  trace(event);
+}
+// Thread 0, once every stamping thread is past its last event (after a CTA-wide barrier).
+__device__ __forceinline__ void trace_print(long long global_start) {
+  __syncthreads();
+  const long long* row = g_sm90_trace[trace_cta()];
+  std::uint32_t sm;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+  if (threadIdx.x != 0) return;
+  printf("sm90trace cta %d %d %d sm %u t0 %lld cycles %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld\n",
+         blockIdx.x, blockIdx.y, blockIdx.z, sm, global_start, row[1] - row[0], row[2] - row[0], row[3] - row[0],
+         row[4] - row[0], row[5] - row[0], row[6] - row[0], row[7] - row[0], row[8] - row[0], row[9] - row[0],
+         row[10] - row[0], row[11] - row[0], row[12] - row[0], row[13] - row[0]);
+}
+__device__ __forceinline__ void trace_item(ItemStamp stamp) {
+  long long* row = g_sm90_trace[trace_cta()];
+  const long long now = clock64();
+  atomicAdd(reinterpret_cast<unsigned long long*>(row + stamp), static_cast<unsigned long long>(now));
+  if (stamp == kItemOutputDone) {
+    atomicAdd(reinterpret_cast<unsigned long long*>(row + kItemCount), 1ull);
+    row[kItemLastOutput] = now;
+  }
+}
+__device__ __forceinline__ void trace_items_print() {
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  long long* row = g_sm90_trace[trace_cta()];
+  std::uint32_t sm;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+  printf("sm90items cta %d sm %u start %lld query %lld first_tiles %lld pairs %lld output %lld items %lld last %lld\n",
+         blockIdx.x, sm, row[0], row[kItemQueryIn], row[kItemFirstTiles], row[kItemPairsDone], row[kItemOutputDone],
+         row[kItemCount], row[kItemLastOutput]);
+  for (int e = 0; e < kTraceEvents; ++e) row[e] = 0;  // the next launch sums afresh
+}
+__device__ __forceinline__ long long trace_global_time() {
+  long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+#else
+__device__ __forceinline__ void trace_item(ItemStamp) {}
+__device__ __forceinline__ void trace_items_print() {}
+__device__ __forceinline__ void trace(TraceEvent) {}
+__device__ __forceinline__ void trace_when_loaded(TraceEvent, std::uint32_t) {}
+__device__ __forceinline__ void trace_print(long long) {}
+__device__ __forceinline__ long long trace_global_time() { return 0; }
+#endif
+
+}  // namespace smla::cuda::sm90
