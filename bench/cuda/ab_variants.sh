@@ -6,9 +6,10 @@
 # "NAME:FILE:SED" (the sed expression applied to src/cuda/FILE). Each variant is
 # built incrementally (its benchmark binary kept aside) and its GPU tests run; then
 # "current" (the tree as carried) and every variant that built are timed in turn,
-# AB_REPEAT rounds (default 1) of current, variant 1, variant 2, ...: interleaved, so a
-# drift of the card over the call (5% between two runs of one build, docs/PERF.md,
-# session 19) falls on all of them alike. Timed: the decode cases that matter (b = 128,
+# AB_REPEAT rounds (default 1), each case by current, variant 1, variant 2, ... in a
+# row: interleaved case by case, so a drift of the card over the call (5-8% between
+# rounds, docs/PERF.md, sessions 19 and 20) falls on all of them alike. AB_RUNS runs
+# per timing (default 20, the median). Timed: the decode cases that matter (b = 128,
 # or AB_DECODE="LABEL..." at each batch size of AB_B, e.g. AB_B="2 128"; AB_DECODE="" for
 # none) and the prefill cases of AB_PREFILL (a label filter, empty for none). src/cuda
 # is restored after each variant (build/gpu then holds the last variant's objects until
@@ -22,15 +23,16 @@ saved=$(mktemp -d)
 binaries=$(mktemp -d)  # one benchmark binary per variant (the library is linked in statically)
 cp -a src/cuda/. "$saved/"
 build_log=/tmp/ab_build.log
-time_set() {  # NAME: one round of the cases with that variant's binary
-  local binary=$binaries/$1
-  bench() { "$binary" --runs 20 --warmup 3 --check-max-b 0 --json /dev/null "$@"; }
-  {
-    for b in ${AB_B:-128}; do
-      for filter in ${AB_DECODE-CONFIG TP-h32 V3.2}; do bench --no-prefill --filter "$filter" --b "$b"; done
-    done
-    [[ -n "${AB_PREFILL:-}" ]] && bench --no-decode --filter "$AB_PREFILL"
-  } 2>&1 | grep -vE "^(device|mma|cuBLASLt|case|prefill|stage_us|$)" | sed "s/^/$1 /" | tee -a "$out/ab.log"
+# The timed cases, each one benchmark call's arguments.
+cases=()
+for b in ${AB_B:-128}; do
+  for filter in ${AB_DECODE-CONFIG TP-h32 V3.2}; do cases+=("--no-prefill --filter $filter --b $b"); done
+done
+[[ -n "${AB_PREFILL:-}" ]] && cases+=("--no-decode --filter $AB_PREFILL")
+time_case() {  # NAME CASE: one case with that variant's binary
+  # shellcheck disable=SC2086
+  "$binaries/$1" --runs "${AB_RUNS:-20}" --warmup 3 --check-max-b 0 --json /dev/null $2 2>&1 |
+    grep -vE "^(device|mma|cuBLASLt|case|prefill|stage_us|$)" | sed "s/^/$1 /" | tee -a "$out/ab.log"
 }
 build() { cmake --build build/gpu -j "$(nproc)" --target smla_bench_cuda cuda_attention_test >"$build_log" 2>&1; }
 # "current" is the carried tree: after an earlier ab_variants.sh on a warm machine build/gpu
@@ -63,7 +65,9 @@ for variant in "$@"; do
   cp -r "$saved"/. src/cuda/  # fresh mtimes: the next build sees the change
 done
 for round in $(seq "${AB_REPEAT:-1}"); do
-  for name in "${timed[@]}"; do time_set "$name"; done
+  for case in "${cases[@]}"; do
+    for name in "${timed[@]}"; do time_case "$name" "$case"; done
+  done
 done
 rm -rf "$saved" "$binaries"
 rm -f build/gpu/.source-md5  # build/gpu holds the last variant: the next scripts/gpu-check.sh rebuilds everything

@@ -2,7 +2,8 @@
 // (docs/cuda_backend.md, "Phase timeline"). Compiled in only with -DSMLA_SM90_TRACE:
 // chosen threads stamp the SM clock at fixed events into a global table, and thread 0
 // of each CTA prints its row when the CTA ends (one line a CTA and launch, "sm90trace").
-// Without the macro every call below is empty.
+// Without the macro every call below is empty. ptxas may schedule a clock read ahead
+// of a bare named barrier or of a load's first use: a stamp can come early.
 #pragma once
 
 #include <cstdint>
