@@ -11,7 +11,8 @@ import argparse
 import statistics
 
 EVENTS = ["barriers", "lengths", "first_keys", "tile0_stored", "last_stored", "query_staged", "tile0_full",
-          "tiles_done", "output_written", "value_done", "end", "rows0_in", "scores0"]
+          "tiles_done", "output_written", "value_done", "end", "rows0_in", "scores0", "stats_published",
+          "score_at_output", "value_at_output"]
 LAUNCH_GAP_NS = 100_000  # CTAs of one launch start within this of each other
 
 
@@ -66,7 +67,9 @@ def main():
             ctas = len({r["cta"] for r in rows})
             launches = [rows[i:i + ctas] for i in range(0, len(rows), ctas)]
             for index, launch in enumerate(launches):
-                total = {k: sum(r[k] for r in launch) for k in ("query", "first_tiles", "pairs", "output", "items")}
+                keys = ("query", "first_tiles", "pairs", "output", "items", "producer_start", "indices_in",
+                        "first_fill", "stats", "stores")
+                total = {k: sum(r.get(k, 0) for r in launch) for k in keys}
                 begin = sum(r["start"] + r["output"] - r["last"] for r in launch if r["items"])
                 spans = {
                     "query": total["query"] - begin,
@@ -78,6 +81,16 @@ def main():
                 print(f"{title}: copying kernel, launch {index}, {total['items']} items: " + ", ".join(
                     f"{name} {100 * value / whole:.1f}% ({us(value / total['items']):.2f} us/item)"
                     for name, value in spans.items()))
+                if total["producer_start"]:
+                    # Per-item averages of the finer stamps, against the even warpgroup's item start (its Q wait's start).
+                    item_start = begin
+                    marks = {"producer start": total["producer_start"], "indices in": total["indices_in"],
+                             "first copies issued": total["first_fill"], "Q in": total["query"],
+                             "first tiles in": total["first_tiles"], "pairs done": total["pairs"],
+                             "stats published": total["stats"], "stores issued": total["stores"],
+                             "output done": total["output"]}
+                    print("    us from the item's start (the item before's output done): " + ", ".join(
+                        f"{name} {us((value - item_start) / total['items']):.2f}" for name, value in marks.items()))
 
 
 if __name__ == "__main__":

@@ -184,13 +184,16 @@ __device__ __forceinline__ void run_alternating_producer(const SparseAttentionPa
   const std::uint64_t l2_policy = l2_evict_last_policy();
   TileKeys<kRounds> even;
   TileKeys<kRounds> odd;
+  if (thread == 0) trace_item(kItemProducerStart);
   request_tile(0, even);
   request_tile(1, odd);
   for (int pair = 0; pair < num_pairs; ++pair) {
     const int parity = (first_parity + pair) & 1;
     resolve_tile(2 * pair, even);
+    if (pair == 0 && thread == 0) trace_item_when_loaded(kItemIndicesIn, static_cast<std::uint32_t>(even.words[0]));
     resolve_tile(2 * pair + 1, odd);
     fill_half<Loader, 0, kLeftUnits>(smem, parity, 0, even, part, thread, l2_policy);
+    if (pair == 0 && thread == 0) trace_item(kItemFirstFill);
     fill_half<Loader, kLeftUnits, Loader::kUnitsPerPart>(smem, parity, 1, odd, part, thread, l2_policy);
     fill_half<Loader, kLeftUnits, Loader::kUnitsPerPart>(smem, parity, 0, even, part, thread, l2_policy);
     request_tile(2 * pair + 2, even);
@@ -379,6 +382,7 @@ __device__ __forceinline__ void run_alternating_consumer(const SparseAttentionPa
   for (int h = 0; h < 2; ++h) row_sum[h] = row_reduce_sum<4>(row_sum[h]);
   if constexpr (kOdd) publish_rows(sum_s, row_sum, row0, lane);
   named_barrier_sync(kConsumers, kConsumerThreads);  // odd's sums in; both done with pair_max_s
+  if (!kOdd && thread == 0) trace_item(kItemStatsDone);
   if constexpr (!kOdd) {
     float row_total[2] = {row_sum[0], row_sum[1]};
     if (lane % 4 == 0) {  // the lane that publishes (and then rewrites sum_s)
@@ -395,6 +399,7 @@ __device__ __forceinline__ void run_alternating_consumer(const SparseAttentionPa
   asm volatile("" : "+r"(output_lane));
   write_output_half<Loader::kDim>(p, o, smem, token, head0, split, kOwn,
                                   reinterpret_cast<const float*>(smem + Layout::kRowMax), sum_s, warp, output_lane);
+  if (!kOdd && thread == 0) trace_item(kItemStoresIssued);
   // The staged output's reads of the Q tile (and of the row statistics), before the
   // next item's Q arrives there through the async proxy.
   fence_view_async_shared();

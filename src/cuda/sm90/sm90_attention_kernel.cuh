@@ -630,7 +630,9 @@ __device__ __forceinline__ void run_score_warpgroup(const SparseAttentionParams&
 #pragma unroll
   for (int h = 0; h < 2; ++h) row_sum[h] = row_reduce_sum<4>(row_sum[h]);
   publish_block_rows<Loader::kDim>(p, smem, token, head0, split, row0, lane, row_max, row_sum);
+  if (thread == 0) trace(kTraceStatsPublished);
   named_barrier_sync(kConsumers, kConsumerThreads);
+  if (thread == 0) trace(kTraceScoreBarrier);
   write_output_half<Loader::kDim>(p, o, smem, token, head0, split, 0,
                                   reinterpret_cast<const float*>(smem + Layout::kRowMax),
                                   reinterpret_cast<const float*>(smem + Layout::kRowSum), warp, lane);
@@ -693,6 +695,7 @@ __device__ __forceinline__ void run_value_warpgroup(const SparseAttentionParams&
     release_buffer<Loader::kDim, kPair>(smem, tile, num_tiles, buffer, lane, rank);
   }
   named_barrier_sync(kConsumers, kConsumerThreads);
+  if (thread == 0) trace(kTraceValueBarrier);
   write_output_half<Loader::kDim>(p, o, smem, token, head0, split, 1,
                                   reinterpret_cast<const float*>(smem + Layout::kRowMax),
                                   reinterpret_cast<const float*>(smem + Layout::kRowSum), warp, lane);

@@ -26,6 +26,9 @@ enum TraceEvent : int {
   kTraceEnd,               // thread 0, after the last barrier
   kTraceRows0In,           // producer thread 0: its first pass's row loads landed
   kTraceScores0,           // consumer thread 0: tile 0's Q K^T done
+  kTraceStatsPublished,    // consumer thread 0: the row statistics stored
+  kTraceScoreBarrier,      // consumer thread 0: both warpgroups at the output (the value one's last P V done)
+  kTraceValueBarrier,      // value thread 0: the same barrier
   kTraceEvents,
 };
 
@@ -40,11 +43,17 @@ enum ItemStamp : int {
   kItemOutputDone,   // the output stored, both warpgroups done with the Q tile
   kItemCount,        // the count of items
   kItemLastOutput,   // the last item's kItemOutputDone stamp
+  kItemProducerStart,  // producer thread 0: the item's lengths known, its first index values requested next
+  kItemIndicesIn,      // producer thread 0: the first pair's index values in
+  kItemFirstFill,      // producer thread 0: the first half-buffer's copies issued
+  kItemStatsDone,      // even thread 0: row statistics published, both warpgroups at the output
+  kItemStoresIssued,   // even thread 0: its output stores issued
 };
 
 #if defined(SMLA_SM90_TRACE)
 inline constexpr int kTraceCtas = 1 << 14;
-static_assert(kTraceEvents == 14, "trace_print prints 13 deltas");
+static_assert(kTraceEvents == 17 && static_cast<int>(kItemStoresIssued) < static_cast<int>(kTraceEvents),
+              "trace_print prints 16 deltas; the item sums fit a row");
 static __device__ long long g_sm90_trace[kTraceCtas][kTraceEvents];  // one per translation unit; the host pass sees it too (its stub registers it)
 #endif
 
@@ -68,10 +77,12 @@ __device__ __forceinline__ void trace_print(long long global_start) {
   std::uint32_t sm;
   asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
   if (threadIdx.x != 0) return;
-  printf("sm90trace cta %d %d %d sm %u t0 %lld cycles %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld\n",
+  printf("sm90trace cta %d %d %d sm %u t0 %lld cycles %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld "
+         "%lld %lld\n",
          blockIdx.x, blockIdx.y, blockIdx.z, sm, global_start, row[1] - row[0], row[2] - row[0], row[3] - row[0],
          row[4] - row[0], row[5] - row[0], row[6] - row[0], row[7] - row[0], row[8] - row[0], row[9] - row[0],
-         row[10] - row[0], row[11] - row[0], row[12] - row[0], row[13] - row[0]);
+         row[10] - row[0], row[11] - row[0], row[12] - row[0], row[13] - row[0], row[14] - row[0], row[15] - row[0],
+         row[16] - row[0]);
 }
 __device__ __forceinline__ void trace_item(ItemStamp stamp) {
   long long* row = g_sm90_trace[trace_cta()];
@@ -82,15 +93,23 @@ __device__ __forceinline__ void trace_item(ItemStamp stamp) {
     row[kItemLastOutput] = now;
   }
 }
+__device__ __forceinline__ void trace_item_when_loaded(ItemStamp stamp, std::uint32_t value) {
+  std::uint32_t sink;
+  asm volatile("mov.b32 %0, %1;" : "=r"(sink) : "r"(value));
+  asm volatile("" ::"r"(sink));
+  trace_item(stamp);
+}
 __device__ __forceinline__ void trace_items_print() {
   __syncthreads();
   if (threadIdx.x != 0) return;
   long long* row = g_sm90_trace[trace_cta()];
   std::uint32_t sm;
   asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
-  printf("sm90items cta %d sm %u start %lld query %lld first_tiles %lld pairs %lld output %lld items %lld last %lld\n",
+  printf("sm90items cta %d sm %u start %lld query %lld first_tiles %lld pairs %lld output %lld items %lld last %lld "
+         "producer_start %lld indices_in %lld first_fill %lld stats %lld stores %lld\n",
          blockIdx.x, sm, row[0], row[kItemQueryIn], row[kItemFirstTiles], row[kItemPairsDone], row[kItemOutputDone],
-         row[kItemCount], row[kItemLastOutput]);
+         row[kItemCount], row[kItemLastOutput], row[kItemProducerStart], row[kItemIndicesIn], row[kItemFirstFill],
+         row[kItemStatsDone], row[kItemStoresIssued]);
   for (int e = 0; e < kTraceEvents; ++e) row[e] = 0;  // the next launch sums afresh
 }
 __device__ __forceinline__ long long trace_global_time() {
@@ -100,6 +119,7 @@ __device__ __forceinline__ long long trace_global_time() {
 }
 #else
 __device__ __forceinline__ void trace_item(ItemStamp) {}
+__device__ __forceinline__ void trace_item_when_loaded(ItemStamp, std::uint32_t) {}
 __device__ __forceinline__ void trace_items_print() {}
 __device__ __forceinline__ void trace(TraceEvent) {}
 __device__ __forceinline__ void trace_when_loaded(TraceEvent, std::uint32_t) {}
