@@ -155,12 +155,15 @@ inline TensorView on_host(TensorView view, void* data) {
 
 // Times `enqueue(stream)` with CUDA events: per run a 256 MB memset flushes L2
 // first; returns the sorted times (us) of the runs after the warm-up.
-// SMLA_BENCH_WARM_L2=1 skips the flush (a diagnosis: what the kernels' code and
-// rows cost when L2 still holds them; never for recorded figures).
+// Diagnosis only, never for recorded figures: SMLA_BENCH_WARM_L2=1 skips the flush
+// (what the kernels' code and rows cost when L2 still holds them), SMLA_BENCH_FLUSH=read
+// flushes by reading the buffer (L2 then holds clean lines: writes need not evict dirty ones).
 template <class Enqueue>
 std::vector<float> time_runs(int warmup, int runs, Enqueue&& enqueue) {
   const char* warm_l2 = std::getenv("SMLA_BENCH_WARM_L2");
   const bool flush_l2 = warm_l2 == nullptr || std::string_view(warm_l2) != "1";
+  const char* flush_kind = std::getenv("SMLA_BENCH_FLUSH");
+  const bool flush_by_reads = flush_kind != nullptr && std::string_view(flush_kind) == "read";
   DeviceBuffer flush(kFlushBytes);
   cudaStream_t stream = nullptr;
   check_cuda(cudaStreamCreate(&stream), "stream");
@@ -169,7 +172,12 @@ std::vector<float> time_runs(int warmup, int runs, Enqueue&& enqueue) {
   check_cuda(cudaEventCreate(&stop), "event");
   std::vector<float> times;
   for (int run = 0; run < warmup + runs; ++run) {
-    if (flush_l2) check_cuda(cudaMemsetAsync(flush.data(), run & 0xFF, kFlushBytes, stream), "flush");
+    if (flush_l2 && flush_by_reads) {
+      if (run == 0) check_cuda(cudaMemsetAsync(flush.data(), 0, kFlushBytes, stream), "flush");
+      check_cuda(read_through(flush.data(), kFlushBytes, stream), "flush");
+    } else if (flush_l2) {
+      check_cuda(cudaMemsetAsync(flush.data(), run & 0xFF, kFlushBytes, stream), "flush");
+    }
     check_cuda(cudaEventRecord(start, stream), "record");
     enqueue(stream);
     check_cuda(cudaEventRecord(stop, stream), "record");

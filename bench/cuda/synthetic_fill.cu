@@ -65,7 +65,23 @@ __global__ void fill_bf16_kernel(std::uint16_t* data, std::int64_t count, std::u
   }
 }
 
+__global__ void read_through_kernel(const uint4* data, std::int64_t count, unsigned* never_written) {
+  unsigned folded = 0;
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const uint4 v = data[i];
+    folded ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (folded == 0x9E3779B9u && never_written != nullptr) *never_written = folded;  // keeps the loads
+}
+
 }  // namespace
+
+cudaError_t read_through(const void* data, std::size_t bytes, cudaStream_t stream) {
+  read_through_kernel<<<1024, 256, 0, stream>>>(static_cast<const uint4*>(data), static_cast<std::int64_t>(bytes / 16),
+                                                nullptr);
+  return cudaGetLastError();
+}
 
 cudaError_t fill_fp8_pages(KvFormat format, std::uint8_t* pages, std::int64_t num_pages, std::int64_t page_size,
                            std::int64_t page_stride_bytes, std::uint64_t seed, cudaStream_t stream) {

@@ -19,4 +19,8 @@ cudaError_t fill_fp8_pages(KvFormat format, std::uint8_t* pages, std::int64_t nu
 // count random finite bf16 values in (-2, 2).
 cudaError_t fill_bf16(std::uint16_t* data, std::int64_t count, std::uint64_t seed, cudaStream_t stream);
 
+// Reads `bytes` (a multiple of 16) of `data`: an L2 flush that leaves clean lines, where
+// a memset leaves dirty ones that later writes must first evict to DRAM.
+cudaError_t read_through(const void* data, std::size_t bytes, cudaStream_t stream);
+
 }  // namespace smla::bench
