@@ -77,7 +77,7 @@ __device__ __forceinline__ void trace_print(long long global_start) {
   std::uint32_t sm;
   asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
   if (threadIdx.x != 0) return;
-  printf("sm90trace cta %d %d %d sm %u t0 %lld cycles %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld "
+  printf("sm90trace cta %u %u %u sm %u t0 %lld cycles %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld "
          "%lld %lld\n",
          blockIdx.x, blockIdx.y, blockIdx.z, sm, global_start, row[1] - row[0], row[2] - row[0], row[3] - row[0],
          row[4] - row[0], row[5] - row[0], row[6] - row[0], row[7] - row[0], row[8] - row[0], row[9] - row[0],
@@ -105,7 +105,7 @@ __device__ __forceinline__ void trace_items_print() {
   long long* row = g_sm90_trace[trace_cta()];
   std::uint32_t sm;
   asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
-  printf("sm90items cta %d sm %u start %lld query %lld first_tiles %lld pairs %lld output %lld items %lld last %lld "
+  printf("sm90items cta %u sm %u start %lld query %lld first_tiles %lld pairs %lld output %lld items %lld last %lld "
          "producer_start %lld indices_in %lld first_fill %lld stats %lld stores %lld\n",
          blockIdx.x, sm, row[0], row[kItemQueryIn], row[kItemFirstTiles], row[kItemPairsDone], row[kItemOutputDone],
          row[kItemCount], row[kItemLastOutput], row[kItemProducerStart], row[kItemIndicesIn], row[kItemFirstFill],
