@@ -158,12 +158,19 @@ inline TensorView on_host(TensorView view, void* data) {
 // Diagnosis only, never for recorded figures: SMLA_BENCH_WARM_L2=1 skips the flush
 // (what the kernels' code and rows cost when L2 still holds them), SMLA_BENCH_FLUSH=read
 // flushes by reading the buffer (L2 then holds clean lines: writes need not evict dirty ones).
+enum class L2Flush { kMemset, kReads, kNone };
+inline L2Flush l2_flush_from_environment() {
+  const auto is = [](const char* name, std::string_view value) {
+    const char* set = std::getenv(name);
+    return set != nullptr && std::string_view(set) == value;
+  };
+  if (is("SMLA_BENCH_WARM_L2", "1")) return L2Flush::kNone;
+  return is("SMLA_BENCH_FLUSH", "read") ? L2Flush::kReads : L2Flush::kMemset;
+}
+
 template <class Enqueue>
 std::vector<float> time_runs(int warmup, int runs, Enqueue&& enqueue) {
-  const char* warm_l2 = std::getenv("SMLA_BENCH_WARM_L2");
-  const bool flush_l2 = warm_l2 == nullptr || std::string_view(warm_l2) != "1";
-  const char* flush_kind = std::getenv("SMLA_BENCH_FLUSH");
-  const bool flush_by_reads = flush_kind != nullptr && std::string_view(flush_kind) == "read";
+  const L2Flush flush_kind = l2_flush_from_environment();
   DeviceBuffer flush(kFlushBytes);
   cudaStream_t stream = nullptr;
   check_cuda(cudaStreamCreate(&stream), "stream");
@@ -172,10 +179,10 @@ std::vector<float> time_runs(int warmup, int runs, Enqueue&& enqueue) {
   check_cuda(cudaEventCreate(&stop), "event");
   std::vector<float> times;
   for (int run = 0; run < warmup + runs; ++run) {
-    if (flush_l2 && flush_by_reads) {
+    if (flush_kind == L2Flush::kReads) {
       if (run == 0) check_cuda(cudaMemsetAsync(flush.data(), 0, kFlushBytes, stream), "flush");
       check_cuda(read_through(flush.data(), kFlushBytes, stream), "flush");
-    } else if (flush_l2) {
+    } else if (flush_kind == L2Flush::kMemset) {
       check_cuda(cudaMemsetAsync(flush.data(), run & 0xFF, kFlushBytes, stream), "flush");
     }
     check_cuda(cudaEventRecord(start, stream), "record");

@@ -83,14 +83,13 @@ def main():
                     for name, value in spans.items()))
                 if total["producer_start"]:
                     # Per-item averages of the finer stamps, against the even warpgroup's item start (its Q wait's start).
-                    item_start = begin
                     marks = {"producer start": total["producer_start"], "indices in": total["indices_in"],
                              "first copies issued": total["first_fill"], "Q in": total["query"],
                              "first tiles in": total["first_tiles"], "pairs done": total["pairs"],
                              "stats published": total["stats"], "stores issued": total["stores"],
                              "output done": total["output"]}
                     print("    us from the item's start (the item before's output done): " + ", ".join(
-                        f"{name} {us((value - item_start) / total['items']):.2f}" for name, value in marks.items()))
+                        f"{name} {us((value - begin) / total['items']):.2f}" for name, value in marks.items()))
 
 
 if __name__ == "__main__":

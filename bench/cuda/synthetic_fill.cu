@@ -65,21 +65,20 @@ __global__ void fill_bf16_kernel(std::uint16_t* data, std::int64_t count, std::u
   }
 }
 
-__global__ void read_through_kernel(const uint4* data, std::int64_t count, unsigned* never_written) {
+__global__ void read_through_kernel(const uint4* data, std::int64_t count) {
   unsigned folded = 0;
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < count;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
     const uint4 v = data[i];
     folded ^= v.x ^ v.y ^ v.z ^ v.w;
   }
-  if (folded == 0x9E3779B9u && never_written != nullptr) *never_written = folded;  // keeps the loads
+  asm volatile("" ::"r"(folded));  // keeps the loads
 }
 
 }  // namespace
 
 cudaError_t read_through(const void* data, std::size_t bytes, cudaStream_t stream) {
-  read_through_kernel<<<1024, 256, 0, stream>>>(static_cast<const uint4*>(data), static_cast<std::int64_t>(bytes / 16),
-                                                nullptr);
+  read_through_kernel<<<1024, 256, 0, stream>>>(static_cast<const uint4*>(data), static_cast<std::int64_t>(bytes / 16));
   return cudaGetLastError();
 }
 

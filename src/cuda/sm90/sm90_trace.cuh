@@ -62,24 +62,30 @@ static __device__ long long g_sm90_trace[kTraceCtas][kTraceEvents];  // one per 
 __device__ __forceinline__ int trace_cta() {
   return static_cast<int>(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z)) % kTraceCtas;
 }
-__device__ __forceinline__ void trace(TraceEvent event) { g_sm90_trace[trace_cta()][event] = clock64(); }
-// Stamps once `value` (a load's destination) has landed: the asm reads it, so it waits on the load.
-__device__ __forceinline__ void trace_when_loaded(TraceEvent event, std::uint32_t value) {
+__device__ __forceinline__ std::uint32_t sm_id() {
+  std::uint32_t sm;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+  return sm;
+}
+// Returns once `value` (a load's destination) has landed: the instruction reads it, so it waits on the load.
+__device__ __forceinline__ void wait_for_load(std::uint32_t value) {
   std::uint32_t sink;
   asm volatile("mov.b32 %0, %1;" : "=r"(sink) : "r"(value));
   asm volatile("" ::"r"(sink));
+}
+__device__ __forceinline__ void trace(TraceEvent event) { g_sm90_trace[trace_cta()][event] = clock64(); }
+__device__ __forceinline__ void trace_when_loaded(TraceEvent event, std::uint32_t value) {
+  wait_for_load(value);
   trace(event);
 }
 // Thread 0, once every stamping thread is past its last event (after a CTA-wide barrier).
 __device__ __forceinline__ void trace_print(long long global_start) {
   __syncthreads();
-  const long long* row = g_sm90_trace[trace_cta()];
-  std::uint32_t sm;
-  asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
   if (threadIdx.x != 0) return;
+  const long long* row = g_sm90_trace[trace_cta()];
   printf("sm90trace cta %u %u %u sm %u t0 %lld cycles %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld "
          "%lld %lld\n",
-         blockIdx.x, blockIdx.y, blockIdx.z, sm, global_start, row[1] - row[0], row[2] - row[0], row[3] - row[0],
+         blockIdx.x, blockIdx.y, blockIdx.z, sm_id(), global_start, row[1] - row[0], row[2] - row[0], row[3] - row[0],
          row[4] - row[0], row[5] - row[0], row[6] - row[0], row[7] - row[0], row[8] - row[0], row[9] - row[0],
          row[10] - row[0], row[11] - row[0], row[12] - row[0], row[13] - row[0], row[14] - row[0], row[15] - row[0],
          row[16] - row[0]);
@@ -94,20 +100,16 @@ __device__ __forceinline__ void trace_item(ItemStamp stamp) {
   }
 }
 __device__ __forceinline__ void trace_item_when_loaded(ItemStamp stamp, std::uint32_t value) {
-  std::uint32_t sink;
-  asm volatile("mov.b32 %0, %1;" : "=r"(sink) : "r"(value));
-  asm volatile("" ::"r"(sink));
+  wait_for_load(value);
   trace_item(stamp);
 }
 __device__ __forceinline__ void trace_items_print() {
   __syncthreads();
   if (threadIdx.x != 0) return;
   long long* row = g_sm90_trace[trace_cta()];
-  std::uint32_t sm;
-  asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
   printf("sm90items cta %u sm %u start %lld query %lld first_tiles %lld pairs %lld output %lld items %lld last %lld "
          "producer_start %lld indices_in %lld first_fill %lld stats %lld stores %lld\n",
-         blockIdx.x, sm, row[0], row[kItemQueryIn], row[kItemFirstTiles], row[kItemPairsDone], row[kItemOutputDone],
+         blockIdx.x, sm_id(), row[0], row[kItemQueryIn], row[kItemFirstTiles], row[kItemPairsDone], row[kItemOutputDone],
          row[kItemCount], row[kItemLastOutput], row[kItemProducerStart], row[kItemIndicesIn], row[kItemFirstFill],
          row[kItemStatsDone], row[kItemStoresIssued]);
   for (int e = 0; e < kTraceEvents; ++e) row[e] = 0;  // the next launch sums afresh
