@@ -2,18 +2,21 @@
 # A/B timing of attention-kernel variants in one GPU call, after scripts/gpu-check.sh
 # has configured and built build/gpu (it also unpacks SMLA_GPU_DEPS to /tmp/smla-deps).
 #   bench/cuda/ab_variants.sh OUT_DIR VARIANT...
-# VARIANT is "NAME@DIR" (DIR's tree copied over src/cuda, subfolders included) or
-# "NAME:FILE:SED" (the sed expression applied to src/cuda/FILE). Each variant is
-# built incrementally (its benchmark binary kept aside) and its GPU tests run; then
+# VARIANT is "NAME@DIR" (DIR's tree copied over src/cuda, subfolders included),
+# "NAME:FILE:SED" (the sed expression applied to src/cuda/FILE) or "NAME%VAR=VALUE ..."
+# (the carried tree's binary run with those environment settings, e.g.
+# "nopair%SMLA_SM90_PAIR=off"; nothing is rebuilt). A rebuilt variant is built
+# incrementally (its benchmark binary kept aside) and its GPU tests run; then
 # "current" (the tree as carried) and every variant that built are timed in turn,
-# AB_REPEAT rounds (default 1), each case by current, variant 1, variant 2, ... in a
-# row: interleaved case by case, so a drift of the card over the call (5-8% between
-# rounds, docs/PERF.md, sessions 19 and 20) falls on all of them alike. AB_RUNS runs
-# per timing (default 20, the median). Timed: the decode cases that matter (b = 128,
-# or AB_DECODE="LABEL..." at each batch size of AB_B, e.g. AB_B="2 128"; AB_DECODE="" for
-# none) and the prefill cases of AB_PREFILL (a label filter, empty for none). src/cuda
-# is restored after each variant (build/gpu then holds the last variant's objects until
-# the next build).
+# AB_REPEAT rounds (default 1), interleaved case by case, so a drift of the card over
+# the call (5-8% between rounds, docs/PERF.md, sessions 19 and 20) falls on all of them
+# alike. Each round starts the order one variant later (round 2: variant 1, ..., current),
+# because the first timed of a case ran up to 3% slower at b = 2 (docs/PERF.md, session 21):
+# with as many rounds as variants, each is first once. AB_RUNS runs per timing (default
+# 20, the median). Timed: the decode cases that matter (b = 128, or AB_DECODE="LABEL..."
+# at each batch size of AB_B, e.g. AB_B="2 128"; AB_DECODE="" for none) and the prefill
+# cases of AB_PREFILL (a label filter, empty for none). src/cuda is restored after each
+# variant (build/gpu then holds the last variant's objects until the next build).
 set -uo pipefail
 out=$1
 shift
@@ -29,9 +32,15 @@ for b in ${AB_B:-128}; do
   for filter in ${AB_DECODE-CONFIG TP-h32 V3.2}; do cases+=("--no-prefill --filter $filter --b $b"); done
 done
 [[ -n "${AB_PREFILL:-}" ]] && cases+=("--no-decode --filter $AB_PREFILL")
-time_case() {  # NAME CASE: one case with that variant's binary
+declare -A settings  # NAME -> "VAR=VALUE ..." of a runtime-switch variant (its binary: current's)
+time_case() {  # NAME CASE: one case with that variant's binary and settings
+  local binary=$1 vars=()
+  if [[ -n "${settings[$1]+set}" ]]; then
+    binary=current
+    read -r -a vars <<<"${settings[$1]}"
+  fi
   # shellcheck disable=SC2086
-  "$binaries/$1" --runs "${AB_RUNS:-20}" --warmup 3 --check-max-b 0 --json /dev/null $2 2>&1 |
+  env "${vars[@]}" "$binaries/$binary" --runs "${AB_RUNS:-20}" --warmup 3 --check-max-b 0 --json /dev/null $2 2>&1 |
     grep -vE "^(device|mma|cuBLASLt|case|prefill|stage_us|$)" | sed "s/^/$1 /" | tee -a "$out/ab.log"
 }
 build() { cmake --build build/gpu -j "$(nproc)" --target smla_bench_cuda cuda_attention_test >"$build_log" 2>&1; }
@@ -46,13 +55,23 @@ fi
 cp build/gpu/bench/cuda/smla_bench_cuda "$binaries/current"
 timed=(current)
 for variant in "$@"; do
-  name=${variant%%[@:]*}
-  if [[ $variant == *@* ]]; then
-    cp -r "${variant#*@}"/. src/cuda/
-  else
-    rest=${variant#*:}
-    sed -i "${rest#*:}" "src/cuda/${rest%%:*}"
-  fi
+  name=${variant%%[@:%]*}
+  case ${variant:${#name}:1} in
+    %)
+      settings[$name]=${variant#*%}
+      timed+=("$name")
+      continue
+      ;;
+    @) cp -r "${variant#*@}"/. src/cuda/ ;;
+    :)
+      rest=${variant#*:}
+      sed -i "${rest#*:}" "src/cuda/${rest%%:*}"
+      ;;
+    *)
+      echo "$variant: not NAME@DIR, NAME:FILE:SED or NAME%VAR=VALUE" | tee -a "$out/ab.log"
+      continue
+      ;;
+  esac
   if build; then
     build/gpu/tests/unit/cuda/cuda_attention_test --gtest_brief=1 2>&1 | grep -E "PASSED|FAILED" | head -3 |
       sed "s/^/$name tests: /" | tee -a "$out/ab.log"
@@ -66,7 +85,9 @@ for variant in "$@"; do
 done
 for round in $(seq "${AB_REPEAT:-1}"); do
   for case in "${cases[@]}"; do
-    for name in "${timed[@]}"; do time_case "$name" "$case"; done
+    for i in "${!timed[@]}"; do
+      time_case "${timed[$(((i + round - 1) % ${#timed[@]}))]}" "$case"
+    done
   done
 done
 rm -rf "$saved" "$binaries"
