@@ -108,6 +108,20 @@ __device__ __forceinline__ int clamped_length(const KvSourceParams& src, int tok
   return len < 0 ? 0 : (len > src.topk ? src.topk : len);
 }
 
+// The keys [begin, end) of a token's n_keys that split `split` attends: the splits
+// take equal shares rounded up to whole tiles of kTileKeys, so the last ones may be
+// empty (begin >= end: the split writes its rows as empty). Both kernels split this way.
+struct KeyShare {
+  int begin;
+  int end;
+};
+template <int kTileKeys>
+__device__ __forceinline__ KeyShare split_share(int n_keys, int num_splits, int split) {
+  const int per_split = ((n_keys + num_splits - 1) / num_splits + kTileKeys - 1) / kTileKeys * kTileKeys;
+  const int begin = split * per_split;
+  return {begin, min(n_keys, begin + per_split)};
+}
+
 // The source a key reads (0: main, 1: extra), spelled as a choice between the two
 // members rather than an index into them.
 __device__ __forceinline__ const KvSourceParams& key_source(const SparseAttentionParams& p, int source) {
@@ -210,9 +224,7 @@ __global__ void __launch_bounds__(kAttentionThreads, attention_min_blocks_per_sm
     n_main = clamped_length(p.source[0], cta);
     n_keys = n_main + (p.num_sources > 1 ? clamped_length(p.source[1], cta) : 0);
   }
-  const int per_split = ((n_keys + p.num_splits - 1) / p.num_splits + Cfg::kKeys - 1) / Cfg::kKeys * Cfg::kKeys;
-  const int begin = split * per_split;
-  const int end = min(n_keys, begin + per_split);
+  const auto [begin, end] = split_share<Cfg::kKeys>(n_keys, p.num_splits, split);
 
   const int softmax_row = tid / Cfg::kThreadsPerRow;
   const int softmax_sub = tid % Cfg::kThreadsPerRow;

@@ -718,10 +718,8 @@ struct SplitKeys {
 __device__ __forceinline__ SplitKeys split_keys(const SparseAttentionParams& p, int token, int split) {
   const int n_main = clamped_length(p.source[0], token);
   const int n_extra = p.num_sources > 1 ? clamped_length(p.source[1], token) : 0;
-  const int n_keys = n_main + n_extra;
-  const int per_split = ((n_keys + p.num_splits - 1) / p.num_splits + kKeys - 1) / kKeys * kKeys;
-  const int begin = split * per_split;
-  return {n_main, begin, min(n_keys, begin + per_split)};
+  const KeyShare share = split_share<kKeys>(n_main + n_extra, p.num_splits, split);
+  return {n_main, share.begin, share.end};
 }
 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
