@@ -108,18 +108,31 @@ __device__ __forceinline__ int clamped_length(const KvSourceParams& src, int tok
   return len < 0 ? 0 : (len > src.topk ? src.topk : len);
 }
 
-// The keys [begin, end) of a token's n_keys that split `split` attends: the splits
-// take equal shares rounded up to whole tiles of kTileKeys, so the last ones may be
-// empty (begin >= end: the split writes its rows as empty). Both kernels split this way.
-struct KeyShare {
+// A key list's length and how many of its first keys come from the main source.
+struct KeyCounts {
+  int n_main;
+  int n_keys;
+};
+// A token's main-then-extra list, from the length values on the device (so a
+// captured graph stays valid when lengths change).
+__device__ __forceinline__ KeyCounts token_key_counts(const SparseAttentionParams& p, int token) {
+  const int n_main = clamped_length(p.source[0], token);
+  return {n_main, n_main + (p.num_sources > 1 ? clamped_length(p.source[1], token) : 0)};
+}
+
+// The keys [begin, end) of a list that split `split` attends: the splits take equal
+// shares rounded up to whole tiles of kTileKeys, so the last ones may be empty
+// (begin >= end: the split writes its rows as empty). Both kernels split this way.
+struct SplitKeys {
+  int n_main;
   int begin;
   int end;
 };
 template <int kTileKeys>
-__device__ __forceinline__ KeyShare split_share(int n_keys, int num_splits, int split) {
-  const int per_split = ((n_keys + num_splits - 1) / num_splits + kTileKeys - 1) / kTileKeys * kTileKeys;
+__device__ __forceinline__ SplitKeys split_keys(KeyCounts counts, int num_splits, int split) {
+  const int per_split = ((counts.n_keys + num_splits - 1) / num_splits + kTileKeys - 1) / kTileKeys * kTileKeys;
   const int begin = split * per_split;
-  return {begin, min(n_keys, begin + per_split)};
+  return {counts.n_main, begin, min(counts.n_keys, begin + per_split)};
 }
 
 // The source a key reads (0: main, 1: extra), spelled as a choice between the two
@@ -214,17 +227,10 @@ __global__ void __launch_bounds__(kAttentionThreads, attention_min_blocks_per_sm
   const bool packed = p.pack_tokens > 1;
   const TileRows rows{p, cta * p.pack_tokens, head0, packed ? p.num_heads : kRows};
 
-  // This split's share of the token's valid keys (computed on the device from
-  // the length values, so a captured graph stays valid when lengths change).
-  int n_main = 0;
-  int n_keys = 0;
-  if (packed) {
-    n_keys = min(max(p.pack_counts[cta], 0), p.pack_capacity);
-  } else {
-    n_main = clamped_length(p.source[0], cta);
-    n_keys = n_main + (p.num_sources > 1 ? clamped_length(p.source[1], cta) : 0);
-  }
-  const auto [begin, end] = split_share<Cfg::kKeys>(n_keys, p.num_splits, split);
+  // This split's share of the token's valid keys (packed: of the group's union list).
+  const KeyCounts counts =
+      packed ? KeyCounts{0, min(max(p.pack_counts[cta], 0), p.pack_capacity)} : token_key_counts(p, cta);
+  const auto [n_main, begin, end] = split_keys<Cfg::kKeys>(counts, p.num_splits, split);
 
   const int softmax_row = tid / Cfg::kThreadsPerRow;
   const int softmax_sub = tid % Cfg::kThreadsPerRow;

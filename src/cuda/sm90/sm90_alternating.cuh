@@ -478,7 +478,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     int query_parity = 0;  // kQueryLoaded's phase: every item has a Q load, an empty one too
     for (int index = static_cast<int>(blockIdx.x); index < work.items(); index = next_index(index)) {
       const WorkItem item = work_item<kTokenMajor>(work, index);
-      const SplitKeys keys = split_keys(p, item.token, item.split);
+      const SplitKeys keys = split_keys<kKeys>(token_key_counts(p, item.token), p.num_splits, item.split);
       if (keys.begin >= keys.end) {
         write_empty_split_rows<kRows, kThreads>(p, item.split, tid, HeadBlockRows{p, item.token, item.head0});
         skip(index, query_parity);

@@ -708,20 +708,6 @@ __device__ __forceinline__ std::uint8_t* aligned_shared_memory(std::uint8_t* sme
   return smem_raw + ((kSwizzleAtomBytes - raw_address % kSwizzleAtomBytes) % kSwizzleAtomBytes);
 }
 
-// The keys [begin, end) of the token's main-then-extra list that split `split`
-// attends, from the length values on the device (n_main: the main source's count).
-struct SplitKeys {
-  int n_main;
-  int begin;
-  int end;
-};
-__device__ __forceinline__ SplitKeys split_keys(const SparseAttentionParams& p, int token, int split) {
-  const int n_main = clamped_length(p.source[0], token);
-  const int n_extra = p.num_sources > 1 ? clamped_length(p.source[1], token) : 0;
-  const KeyShare share = split_share<kKeys>(n_main + n_extra, p.num_splits, split);
-  return {n_main, share.begin, share.end};
-}
-
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
 #include "src/cuda/sm90/sm90_alternating.cuh"  // uses the helpers above
@@ -775,7 +761,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_attention_kernel(const __gri
   if (tid == 0) trace(kTraceBarriersReady);
 
   // This split's share of the token's valid keys, from the length values on the device.
-  const auto [n_main, begin, end] = split_keys(p, token, split);
+  const auto [n_main, begin, end] = split_keys<kKeys>(token_key_counts(p, token), p.num_splits, split);
   if (begin >= end) {  // the same for both CTAs of a pair: neither touches the other
     write_empty_split_rows<kRows, kThreads>(p, split, tid, HeadBlockRows{p, token, head0});
     return;
