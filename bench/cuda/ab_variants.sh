@@ -3,7 +3,8 @@
 # has configured and built build/gpu (it also unpacks SMLA_GPU_DEPS to /tmp/smla-deps).
 #   bench/cuda/ab_variants.sh OUT_DIR VARIANT...
 # VARIANT is "NAME@DIR" (DIR's tree copied over src/cuda, subfolders included),
-# "NAME:FILE:SED" (the sed expression applied to src/cuda/FILE) or "NAME%VAR=VALUE ..."
+# "NAME:FILE:SED" (the sed expression applied to src/cuda/FILE; consecutive arguments
+# of one NAME, e.g. a sed in each of two files, make one variant) or "NAME%VAR=VALUE ..."
 # (the carried tree's binary run with those environment settings, e.g.
 # "nopair%SMLA_SM90_PAIR=off"; nothing is rebuilt). A rebuilt variant is built
 # incrementally (its benchmark binary kept aside) and its GPU tests run; then
@@ -54,24 +55,35 @@ if ! build; then
 fi
 cp build/gpu/bench/cuda/smla_bench_cuda "$binaries/current"
 timed=(current)
-for variant in "$@"; do
-  name=${variant%%[@:%]*}
-  case ${variant:${#name}:1} in
-    %)
-      settings[$name]=${variant#*%}
-      timed+=("$name")
-      continue
-      ;;
-    @) cp -r "${variant#*@}"/. src/cuda/ ;;
-    :)
+variants=("$@")
+name_of() { local v=$1; echo "${v%%[@:%]*}"; }
+for ((k = 0; k < ${#variants[@]}; ++k)); do
+  variant=${variants[k]}
+  name=$(name_of "$variant")
+  kind=${variant:${#name}:1}
+  if [[ $kind == % ]]; then
+    settings[$name]=${variant#*%}
+    timed+=("$name")
+    continue
+  fi
+  if [[ $kind != @ && $kind != : ]]; then
+    echo "$variant: not NAME@DIR, NAME:FILE:SED or NAME%VAR=VALUE" | tee -a "$out/ab.log"
+    continue
+  fi
+  # This edit and those of the arguments right after it with the same name: one build.
+  while :; do
+    if [[ $kind == @ ]]; then
+      cp -r "${variant#*@}"/. src/cuda/
+    else
       rest=${variant#*:}
       sed -i "${rest#*:}" "src/cuda/${rest%%:*}"
-      ;;
-    *)
-      echo "$variant: not NAME@DIR, NAME:FILE:SED or NAME%VAR=VALUE" | tee -a "$out/ab.log"
-      continue
-      ;;
-  esac
+    fi
+    next=${variants[k + 1]:-}
+    [[ -n $next && $(name_of "$next") == "$name" && ${next:${#name}:1} =~ ^[@:]$ ]] || break
+    k=$((k + 1))
+    variant=$next
+    kind=${variant:${#name}:1}
+  done
   if build; then
     build/gpu/tests/unit/cuda/cuda_attention_test --gtest_brief=1 2>&1 | grep -E "PASSED|FAILED" | head -3 |
       sed "s/^/$name tests: /" | tee -a "$out/ab.log"
