@@ -68,7 +68,7 @@ def main():
             launches = [rows[i:i + ctas] for i in range(0, len(rows), ctas)]
             for index, launch in enumerate(launches):
                 keys = ("query", "first_tiles", "pairs", "output", "items", "producer_start", "indices_in",
-                        "first_fill", "stats", "stores")
+                        "first_fill", "stats", "stores", "first_left", "third_fill")
                 total = {k: sum(r.get(k, 0) for r in launch) for k in keys}
                 begin = sum(r["start"] + r["output"] - r["last"] for r in launch if r["items"])
                 spans = {
@@ -85,9 +85,11 @@ def main():
                     # Per-item averages of the finer stamps, against the even warpgroup's item start (its Q wait's start).
                     marks = {"producer start": total["producer_start"], "indices in": total["indices_in"],
                              "first copies issued": total["first_fill"], "Q in": total["query"],
+                             "third fill issued": total["third_fill"], "first left half in": total["first_left"],
                              "first tiles in": total["first_tiles"], "pairs done": total["pairs"],
                              "stats published": total["stats"], "stores issued": total["stores"],
                              "output done": total["output"]}
+                    marks = {name: value for name, value in marks.items() if value}  # older logs lack some stamps
                     print("    us from the item's start (the item before's output done): " + ", ".join(
                         f"{name} {us((value - begin) / total['items']):.2f}" for name, value in marks.items()))
 

@@ -196,6 +196,7 @@ __device__ __forceinline__ void run_alternating_producer(const SparseAttentionPa
     if (pair == 0 && thread == 0) trace_item(kItemFirstFill);
     fill_half<Loader, kLeftUnits, Loader::kUnitsPerPart>(smem, parity, 1, odd, part, thread, l2_policy);
     fill_half<Loader, kLeftUnits, Loader::kUnitsPerPart>(smem, parity, 0, even, part, thread, l2_policy);
+    if (pair == 0 && thread == 0) trace_item(kItemThirdFill);
     request_tile(2 * pair + 2, even);
     fill_half<Loader, 0, kLeftUnits>(smem, parity, 1, odd, part, thread, l2_policy);
     request_tile(2 * pair + 3, odd);
@@ -284,6 +285,7 @@ __device__ __forceinline__ void run_alternating_consumer(const SparseAttentionPa
       wgmma_commit();
     } else if (pair == 0) {
       issue_score_steps<Loader::kDim, 0, kLeftSteps>(s, q_desc, k_desc, barriers.full(0, 0), parity, true);
+      if (thread == 0) trace_item(kItemFirstLeftIn);
       issue_score_steps<Loader::kDim, kLeftSteps, kSteps>(s, q_desc, k_desc, barriers.full(0, 1), parity, false);
       wgmma_commit();
       if (thread == 0) trace_item(kItemFirstTiles);

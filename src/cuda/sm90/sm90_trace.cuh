@@ -48,11 +48,13 @@ enum ItemStamp : int {
   kItemFirstFill,      // producer thread 0: the first half-buffer's copies issued
   kItemStatsDone,      // even thread 0: row statistics published, both warpgroups at the output
   kItemStoresIssued,   // even thread 0: its output stores issued
+  kItemFirstLeftIn,    // even thread 0: the first pair's buffer 0 left half in (its right half is the third fill)
+  kItemThirdFill,      // producer thread 0: the first pair's buffer 0 right half's copies issued
 };
 
 #if defined(SMLA_SM90_TRACE)
 inline constexpr int kTraceCtas = 1 << 14;
-static_assert(kTraceEvents == 17 && static_cast<int>(kItemStoresIssued) < static_cast<int>(kTraceEvents),
+static_assert(kTraceEvents == 17 && static_cast<int>(kItemThirdFill) < static_cast<int>(kTraceEvents),
               "trace_print prints 16 deltas; the item sums fit a row");
 static __device__ long long g_sm90_trace[kTraceCtas][kTraceEvents];  // one per translation unit; the host pass sees it too (its stub registers it)
 #endif
@@ -108,10 +110,10 @@ __device__ __forceinline__ void trace_items_print() {
   if (threadIdx.x != 0) return;
   long long* row = g_sm90_trace[trace_cta()];
   printf("sm90items cta %u sm %u start %lld query %lld first_tiles %lld pairs %lld output %lld items %lld last %lld "
-         "producer_start %lld indices_in %lld first_fill %lld stats %lld stores %lld\n",
+         "producer_start %lld indices_in %lld first_fill %lld stats %lld stores %lld first_left %lld third_fill %lld\n",
          blockIdx.x, sm_id(), row[0], row[kItemQueryIn], row[kItemFirstTiles], row[kItemPairsDone], row[kItemOutputDone],
          row[kItemCount], row[kItemLastOutput], row[kItemProducerStart], row[kItemIndicesIn], row[kItemFirstFill],
-         row[kItemStatsDone], row[kItemStoresIssued]);
+         row[kItemStatsDone], row[kItemStoresIssued], row[kItemFirstLeftIn], row[kItemThirdFill]);
   for (int e = 0; e < kTraceEvents; ++e) row[e] = 0;  // the next launch sums afresh
 }
 __device__ __forceinline__ long long trace_global_time() {
