@@ -42,7 +42,7 @@ time_case() {  # NAME CASE: one case with that variant's binary and settings
   fi
   # shellcheck disable=SC2086
   env "${vars[@]}" "$binaries/$binary" --runs "${AB_RUNS:-20}" --warmup 3 --check-max-b 0 --json /dev/null $2 2>&1 |
-    grep -vE "^(device|mma|cuBLASLt|case|prefill|stage_us|$)" | sed "s/^/$1 /" | tee -a "$out/ab.log"
+    grep -vE "^(device|mma|cuBLASLt|row gather|case|prefill|stage_us|$)" | sed "s/^/$1 /" | tee -a "$out/ab.log"
 }
 build() { cmake --build build/gpu -j "$(nproc)" --target smla_bench_cuda cuda_attention_test >"$build_log" 2>&1; }
 # "current" is the carried tree: after an earlier ab_variants.sh on a warm machine build/gpu

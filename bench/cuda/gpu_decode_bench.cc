@@ -1,6 +1,7 @@
 // smla_bench_cuda: the GPU decode set (bench/cases/gpu.json, see
 // shared/bench/cases.md), then the prefill set (gpu_prefill.json,
-// gpu_prefill_bench.h) and the measured mma.sync ceiling, on the cuda backend through the explicit-workspace
+// gpu_prefill_bench.h) and the measured ceilings (mma.sync, cuBLASLt GEMM, row gathers into shared
+// memory), on the cuda backend through the explicit-workspace
 // API. Per case: synthetic random caches filled on the device, random distinct
 // indices per token through random block tables, sink on; per run a 256 MB
 // L2-flush memset, then CUDA events around the attention (+ combine) kernels;
@@ -25,6 +26,7 @@
 #include <cstdio>
 #include <fstream>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -32,6 +34,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/cuda/bench_util.h"
+#include "bench/cuda/gather_ceiling.h"
 #include "bench/cuda/gpu_prefill_bench.h"
 #include "bench/cuda/mma_ceiling.h"
 #include "smla/attention.h"
@@ -356,6 +359,21 @@ int main_impl(int argc, char** argv) {
   const MmaCeiling gemm_ceiling = measure_bf16_gemm_ceiling(3, 20);
   report["bf16_gemm_ceiling_tflops"] = gemm_ceiling.tflops;
   std::printf("cuBLASLt bf16 GEMM 8192^3 ceiling (median of 20): %.1f TFLOPS\n", gemm_ceiling.tflops);
+  // What the copying kernel's producer pattern can pull into shared memory: random 1 KB rows by 16-byte cp.async.
+  // (128 KB of shared memory a CTA: a device that cannot give it reports why and goes on.)
+  try {
+    for (const std::int64_t pool_rows : {std::int64_t{8192}, std::int64_t{131072}}) {
+      const GatherCeiling gather = measure_row_gather_ceiling(pool_rows, 3, 20);
+      report["row_gather_ceiling"].push_back(
+          {{"pool_mb", pool_rows / 1024}, {"tbps", gather.tbps}, {"gbps_per_sm", gather.gbps_per_sm}});
+      std::printf("row gather ceiling, random 1 KB rows of a %lld MB pool into shared memory (median of 20): "
+                  "%.2f TB/s, %.1f GB/s an SM\n",
+                  static_cast<long long>(pool_rows / 1024), gather.tbps, gather.gbps_per_sm);
+    }
+  } catch (const std::runtime_error& error) {
+    std::printf("row gather ceiling: not measured (%s)\n", error.what());
+    cudaGetLastError();  // a failed attribute or launch leaves no sticky error; clear the last one
+  }
   if (o.decode) std::printf("%-12s %4s %3s %4s %9s %8s %8s %6s %6s %9s %7s %s\n", "case", "b", "s_q", "h", "us", "TFLOPS", "GB/s",
               "%bw", "%mma", "peer_us", "x_peer", "check");
   const std::vector<Case> cases = o.decode ? load_cases(o.cases_path) : std::vector<Case>{};

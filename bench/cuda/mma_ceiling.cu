@@ -2,12 +2,11 @@
 
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
-#include <vector>
 
+#include "bench/cuda/median_launch.h"
 #include "src/cuda/common/cublaslt_gemm.h"
 #include "src/cuda/common/ptx.cuh"
 
@@ -37,31 +36,7 @@ __global__ void __launch_bounds__(kThreads) mma_loop_kernel(float* sink, int ite
   if (total == -1.0f) sink[threadIdx.x] = total;  // never true; keeps the loop observable
 }
 
-void check(cudaError_t error, const char* what) {
-  if (error != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(error));
-}
-
-// Median time of `runs` launches (after `warmup` more), CUDA events around each.
-template <class Launch>
-double median_launch_us(int warmup, int runs, Launch&& launch) {
-  cudaEvent_t start = nullptr, stop = nullptr;
-  check(cudaEventCreate(&start), "event");
-  check(cudaEventCreate(&stop), "event");
-  std::vector<float> times;
-  for (int run = 0; run < warmup + runs; ++run) {
-    check(cudaEventRecord(start), "record");
-    launch();
-    check(cudaEventRecord(stop), "record");
-    check(cudaEventSynchronize(stop), "sync");
-    float ms = 0.0f;
-    check(cudaEventElapsedTime(&ms, start, stop), "elapsed");
-    if (run >= warmup) times.push_back(ms * 1000.0f);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
-}
+using cudatest::check_cuda;
 
 // Small nonzero bf16 values (zeros can run faster than real data).
 __global__ void fill_bf16_kernel(std::uint16_t* values, std::int64_t count) {
@@ -75,15 +50,15 @@ __global__ void fill_bf16_kernel(std::uint16_t* values, std::int64_t count) {
 
 MmaCeiling measure_mma_sync_ceiling(int warmup, int runs) {
   int device = 0, sms = 0;
-  check(cudaGetDevice(&device), "cudaGetDevice");
-  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "sm count");
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "sm count");
   float* sink = nullptr;
-  check(cudaMalloc(&sink, kThreads * sizeof(float)), "cudaMalloc");
+  check_cuda(cudaMalloc(&sink, kThreads * sizeof(float)), "cudaMalloc");
   const int blocks = sms * kBlocksPerSm;
   MmaCeiling ceiling;
   ceiling.median_us = median_launch_us(warmup, runs, [&] {
     mma_loop_kernel<<<blocks, kThreads>>>(sink, kIterations);
-    check(cudaGetLastError(), "mma loop launch");
+    check_cuda(cudaGetLastError(), "mma loop launch");
   });
   cudaFree(sink);
   const double mmas = static_cast<double>(blocks) * (kThreads / 32) * kIterations * kChains;
@@ -98,13 +73,13 @@ MmaCeiling measure_bf16_gemm_ceiling(int warmup, int runs) {
   std::uint16_t* b = nullptr;
   std::uint16_t* out = nullptr;
   void* workspace = nullptr;
-  check(cudaMalloc(&a, kCount * 2), "cudaMalloc");
-  check(cudaMalloc(&b, kCount * 2), "cudaMalloc");
-  check(cudaMalloc(&out, kCount * 2), "cudaMalloc");
-  check(cudaMalloc(&workspace, cuda::kCublasLtWorkspaceBytes), "cudaMalloc");
+  check_cuda(cudaMalloc(&a, kCount * 2), "cudaMalloc");
+  check_cuda(cudaMalloc(&b, kCount * 2), "cudaMalloc");
+  check_cuda(cudaMalloc(&out, kCount * 2), "cudaMalloc");
+  check_cuda(cudaMalloc(&workspace, cuda::kCublasLtWorkspaceBytes), "cudaMalloc");
   fill_bf16_kernel<<<1024, 256>>>(a, kCount);
   fill_bf16_kernel<<<1024, 256>>>(b, kCount);
-  check(cudaGetLastError(), "fill launch");
+  check_cuda(cudaGetLastError(), "fill launch");
   cuda::GemmArgs gemm;
   gemm.m = gemm.n = gemm.k = kSize;
   gemm.input_dtype = DType::kBF16;
