@@ -9,6 +9,7 @@
 #include "bench/cuda/median_launch.h"
 #include "src/cuda/common/cublaslt_gemm.h"
 #include "src/cuda/common/ptx.cuh"
+#include "testkit/cuda/device_copy.h"
 
 namespace smla::bench {
 namespace {
