@@ -18,7 +18,6 @@ using cudatest::check_cuda;
 constexpr int kThreads = 256;
 constexpr int kRowBytes = 1024;                       // a bf16 row of 512 values (the flat prefill workspace)
 constexpr int kRowsPerStage = 32;                      // 32 KB: one half-buffer of the copying kernel
-constexpr int kStages = 4;                             // 128 KB in flight, the copying kernel's four halves
 constexpr int kUnitsPerRow = kRowBytes / 16;
 constexpr int kUnitsPerThread = kRowsPerStage * kUnitsPerRow / kThreads;
 constexpr int kStageBytes = kRowsPerStage * kRowBytes;
@@ -27,7 +26,8 @@ static_assert(kRowsPerStage * kUnitsPerRow % kThreads == 0 && kRowsPerCta % kRow
 
 // Each thread copies the same 16-byte units of every stage, so its own wait for a
 // stage's group (at most kStages - 1 newer ones pending) is all the reuse of that
-// stage's memory needs; nothing reads the copies.
+// stage's memory needs; nothing reads the copies. kStages x 32 KB are in flight.
+template <int kStages>
 __global__ void __launch_bounds__(kThreads, 1) row_gather_kernel(const std::uint8_t* pool, const std::uint32_t* order) {
   extern __shared__ __align__(16) std::uint8_t stages[];
   const std::uint32_t* rows = order + static_cast<std::int64_t>(blockIdx.x) * kRowsPerCta;
@@ -48,9 +48,20 @@ __global__ void __launch_bounds__(kThreads, 1) row_gather_kernel(const std::uint
   cuda::cp_async_wait_all();
 }
 
+template <int kStages>
+double time_row_gather(const std::uint8_t* pool, const std::uint32_t* order, int ctas, int warmup, int runs) {
+  constexpr int kSharedBytes = kStages * kStageBytes;
+  check_cuda(cudaFuncSetAttribute(row_gather_kernel<kStages>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes),
+             "shared memory");
+  return median_launch_us(warmup, runs, [&] {
+    row_gather_kernel<kStages><<<ctas, kThreads, kSharedBytes>>>(pool, order);
+    check_cuda(cudaGetLastError(), "row gather launch");
+  });
+}
+
 }  // namespace
 
-GatherCeiling measure_row_gather_ceiling(std::int64_t pool_rows, int warmup, int runs) {
+std::vector<GatherCeiling> measure_row_gather_ceiling(std::int64_t pool_rows, int warmup, int runs) {
   int device = 0, sms = 0;
   check_cuda(cudaGetDevice(&device), "cudaGetDevice");
   check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "sm count");
@@ -64,19 +75,23 @@ GatherCeiling measure_row_gather_ceiling(std::int64_t pool_rows, int warmup, int
   check_cuda(cudaMemset(pool.data(), 0x3C, static_cast<std::size_t>(pool_rows) * kRowBytes), "memset");
   check_cuda(cudaMemcpy(device_order.data(), order.data(), order.size() * sizeof(std::uint32_t), cudaMemcpyHostToDevice),
              "copy");
-  constexpr int kSharedBytes = kStages * kStageBytes;
-  check_cuda(cudaFuncSetAttribute(row_gather_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes),
-             "shared memory");
-  GatherCeiling ceiling;
-  ceiling.median_us = median_launch_us(warmup, runs, [&] {
-    row_gather_kernel<<<sms, kThreads, kSharedBytes>>>(static_cast<const std::uint8_t*>(pool.data()),
-                                                       static_cast<const std::uint32_t*>(device_order.data()));
-    check_cuda(cudaGetLastError(), "row gather launch");
-  });
+  const auto* pool_bytes = static_cast<const std::uint8_t*>(pool.data());
+  const auto* rows = static_cast<const std::uint32_t*>(device_order.data());
   const double bytes = static_cast<double>(total_rows) * kRowBytes;
-  ceiling.tbps = bytes / (ceiling.median_us * 1e-6) / 1e12;
-  ceiling.gbps_per_sm = ceiling.tbps * 1e3 / sms;
-  return ceiling;
+  std::vector<GatherCeiling> curve;
+  auto add = [&](int stages, double median_us) {
+    GatherCeiling ceiling;
+    ceiling.in_flight_kb = stages * kStageBytes / 1024;
+    ceiling.median_us = median_us;
+    ceiling.tbps = bytes / (median_us * 1e-6) / 1e12;
+    ceiling.gbps_per_sm = ceiling.tbps * 1e3 / sms;
+    curve.push_back(ceiling);
+  };
+  add(1, time_row_gather<1>(pool_bytes, rows, sms, warmup, runs));
+  add(2, time_row_gather<2>(pool_bytes, rows, sms, warmup, runs));
+  add(4, time_row_gather<4>(pool_bytes, rows, sms, warmup, runs));
+  add(6, time_row_gather<6>(pool_bytes, rows, sms, warmup, runs));
+  return curve;
 }
 
 }  // namespace smla::bench

@@ -359,16 +359,21 @@ int main_impl(int argc, char** argv) {
   const MmaCeiling gemm_ceiling = measure_bf16_gemm_ceiling(3, 20);
   report["bf16_gemm_ceiling_tflops"] = gemm_ceiling.tflops;
   std::printf("cuBLASLt bf16 GEMM 8192^3 ceiling (median of 20): %.1f TFLOPS\n", gemm_ceiling.tflops);
-  // What the copying kernel's producer pattern can pull into shared memory: random 1 KB rows by 16-byte cp.async.
-  // (128 KB of shared memory a CTA: a device that cannot give it reports why and goes on.)
+  // What the copying kernel's producer pattern can pull into shared memory: random 1 KB rows by 16-byte cp.async,
+  // by the bytes in flight. (Up to 192 KB of shared memory a CTA: a device that cannot give it reports why and goes on.)
   try {
     for (const std::int64_t pool_rows : {std::int64_t{8192}, std::int64_t{131072}}) {
-      const GatherCeiling gather = measure_row_gather_ceiling(pool_rows, 3, 20);
-      report["row_gather_ceiling"].push_back(
-          {{"pool_mb", pool_rows / 1024}, {"tbps", gather.tbps}, {"gbps_per_sm", gather.gbps_per_sm}});
-      std::printf("row gather ceiling, random 1 KB rows of a %lld MB pool into shared memory (median of 20): "
-                  "%.2f TB/s, %.1f GB/s an SM\n",
-                  static_cast<long long>(pool_rows / 1024), gather.tbps, gather.gbps_per_sm);
+      std::printf("row gather ceiling, random 1 KB rows of a %lld MB pool into shared memory (median of 20), "
+                  "GB/s an SM (TB/s) by KB in flight:",
+                  static_cast<long long>(pool_rows / 1024));
+      for (const GatherCeiling& gather : measure_row_gather_ceiling(pool_rows, 3, 20)) {
+        report["row_gather_ceiling"].push_back({{"pool_mb", pool_rows / 1024},
+                                                {"in_flight_kb", gather.in_flight_kb},
+                                                {"tbps", gather.tbps},
+                                                {"gbps_per_sm", gather.gbps_per_sm}});
+        std::printf(" %d: %.1f (%.2f)", gather.in_flight_kb, gather.gbps_per_sm, gather.tbps);
+      }
+      std::printf("\n");
     }
   } catch (const std::runtime_error& error) {
     std::printf("row gather ceiling: not measured (%s)\n", error.what());
