@@ -145,11 +145,6 @@ __device__ __forceinline__ void fill_half(std::uint8_t* smem, int parity, int bu
   }
   const std::uint32_t full = barriers.full(buffer, kHalf);
   cp_async_arrive_when_done(full);
-  // The zero rows (generic proxy) before the consumers' wgmma reads (async proxy):
-  // fenced here, by their writer, so the consumers need no fence of their own after
-  // FULL. The copies carry none either, as in CUTLASS's cp.async + wgmma mainloop:
-  // a consumer-side fence after every wait cost 2-4% of a prefill (docs/PERF.md, session 23).
-  fence_view_async_shared();
   mbarrier_arrive(full);  // releases the zero rows and flags stored above
 }
 
@@ -226,6 +221,7 @@ __device__ __forceinline__ void issue_score_steps(float (&s)[32], std::uint64_t 
                                                   std::uint32_t full, int parity, bool first) {
   using Layout = Sm90Layout<kDim>;
   mbarrier_wait(full, parity);
+  fence_view_async_shared();  // the copies and zero rows (generic proxy) before wgmma reads them
   wgmma_fence();
 #pragma unroll
   for (int step = kFirstStep; step < kEndStep; ++step) {
@@ -276,6 +272,7 @@ __device__ __forceinline__ void run_alternating_consumer(const SparseAttentionPa
     // Buffer 1's left half landed before odd's Q K^T, and cannot be refilled before
     // even releases it; its copies are seen through its own barrier.
     mbarrier_wait(barriers.full(1, 0), parity);
+    fence_view_async_shared();
     issue_pv_from_shared(o, partner_p, partner_v);
   };
 
@@ -363,6 +360,7 @@ __device__ __forceinline__ void run_alternating_consumer(const SparseAttentionPa
       mbarrier_wait(barriers.hand_off(kEvenPReady), parity);
       // Buffer 0's right half landed before even's Q K^T, and cannot be refilled before odd releases it.
       mbarrier_wait(barriers.full(0, 1), parity);
+      fence_view_async_shared();
       issue_pv_from_shared(o, partner_p, partner_v);
       wgmma_wait<1>();
       mbarrier_arrive(barriers.empty(1, 1));  // buffer 1, right
