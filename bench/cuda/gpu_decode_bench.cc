@@ -363,10 +363,11 @@ int main_impl(int argc, char** argv) {
   // by the bytes in flight. (Up to 192 KB of shared memory a CTA: a device that cannot give it reports why and goes on.)
   try {
     for (const std::int64_t pool_rows : {std::int64_t{8192}, std::int64_t{131072}}) {
+      const std::vector<GatherCeiling> curve = measure_row_gather_ceiling(pool_rows, 3, 20);
       std::printf("row gather ceiling, random 1 KB rows of a %lld MB pool into shared memory (median of 20), "
                   "GB/s an SM (TB/s) by KB in flight:",
                   static_cast<long long>(pool_rows / 1024));
-      for (const GatherCeiling& gather : measure_row_gather_ceiling(pool_rows, 3, 20)) {
+      for (const GatherCeiling& gather : curve) {
         report["row_gather_ceiling"].push_back({{"pool_mb", pool_rows / 1024},
                                                 {"in_flight_kb", gather.in_flight_kb},
                                                 {"tbps", gather.tbps},
