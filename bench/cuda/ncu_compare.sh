@@ -14,7 +14,7 @@
 set -uo pipefail
 final_out=$1 smla_filter=$2 peer_case=$3
 out=$(mktemp -d)
-smla_kernel=${4:-regex:sm90_attention_kernel}
+smla_kernel=${4:-regex:sm90_(attention|alternating)_kernel}  # the FP8 kernel, or the copying one (prefill)
 peer_kernel=${5:-regex:sparse_attn_fwd_kernel}
 ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 sections=(--section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis
@@ -33,7 +33,7 @@ profile() {  # name kernel_regex command...
   "$ncu" -i "/tmp/$name.ncu-rep" --page source --csv --print-source sass >"$out/$name.sass.csv" 2>&1
   grep -E "Duration|Elapsed Cycles|Throughput|gmma|wavefronts|bank|Stall|Issue Slot|Registers|Warp Cycles" \
     "$out/$name.details.txt" | head -40
-  python3 "$(dirname "$0")/ncu_sass_summary.py" "$out/$name.sass.csv" >"$out/$name.summary.txt" 2>&1
+  python3 "$(dirname "$0")/ncu_sass_summary.py" "$out/$name.sass.csv" --regions >"$out/$name.summary.txt" 2>&1
   head -30 "$out/$name.summary.txt"
 }
 read -r -a smla_args <<<"${SMLA_BENCH_ARGS:---no-decode}"
