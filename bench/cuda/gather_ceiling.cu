@@ -48,15 +48,30 @@ __global__ void __launch_bounds__(kThreads, 1) row_gather_kernel(const std::uint
   cuda::cp_async_wait_all();
 }
 
+// One launch shape's inputs: the pool, each CTA's row order, the grid and the timing.
+struct GatherRun {
+  const std::uint8_t* pool;
+  const std::uint32_t* order;
+  int ctas;
+  int warmup;
+  int runs;
+};
+
 template <int kStages>
-double time_row_gather(const std::uint8_t* pool, const std::uint32_t* order, int ctas, int warmup, int runs) {
+GatherCeiling measure_depth(const GatherRun& run) {
   constexpr int kSharedBytes = kStages * kStageBytes;
   check_cuda(cudaFuncSetAttribute(row_gather_kernel<kStages>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes),
              "shared memory");
-  return median_launch_us(warmup, runs, [&] {
-    row_gather_kernel<kStages><<<ctas, kThreads, kSharedBytes>>>(pool, order);
+  GatherCeiling ceiling;
+  ceiling.in_flight_kb = kSharedBytes / 1024;
+  ceiling.median_us = median_launch_us(run.warmup, run.runs, [&] {
+    row_gather_kernel<kStages><<<run.ctas, kThreads, kSharedBytes>>>(run.pool, run.order);
     check_cuda(cudaGetLastError(), "row gather launch");
   });
+  const double bytes = static_cast<double>(run.ctas) * kRowsPerCta * kRowBytes;
+  ceiling.tbps = bytes / (ceiling.median_us * 1e-6) / 1e12;
+  ceiling.gbps_per_sm = ceiling.tbps * 1e3 / run.ctas;  // one CTA an SM
+  return ceiling;
 }
 
 }  // namespace
@@ -75,23 +90,9 @@ std::vector<GatherCeiling> measure_row_gather_ceiling(std::int64_t pool_rows, in
   check_cuda(cudaMemset(pool.data(), 0x3C, static_cast<std::size_t>(pool_rows) * kRowBytes), "memset");
   check_cuda(cudaMemcpy(device_order.data(), order.data(), order.size() * sizeof(std::uint32_t), cudaMemcpyHostToDevice),
              "copy");
-  const auto* pool_bytes = static_cast<const std::uint8_t*>(pool.data());
-  const auto* rows = static_cast<const std::uint32_t*>(device_order.data());
-  const double bytes = static_cast<double>(total_rows) * kRowBytes;
-  std::vector<GatherCeiling> curve;
-  auto add = [&](int stages, double median_us) {
-    GatherCeiling ceiling;
-    ceiling.in_flight_kb = stages * kStageBytes / 1024;
-    ceiling.median_us = median_us;
-    ceiling.tbps = bytes / (median_us * 1e-6) / 1e12;
-    ceiling.gbps_per_sm = ceiling.tbps * 1e3 / sms;
-    curve.push_back(ceiling);
-  };
-  add(1, time_row_gather<1>(pool_bytes, rows, sms, warmup, runs));
-  add(2, time_row_gather<2>(pool_bytes, rows, sms, warmup, runs));
-  add(4, time_row_gather<4>(pool_bytes, rows, sms, warmup, runs));
-  add(6, time_row_gather<6>(pool_bytes, rows, sms, warmup, runs));
-  return curve;
+  const GatherRun run{static_cast<const std::uint8_t*>(pool.data()), static_cast<const std::uint32_t*>(device_order.data()),
+                      sms, warmup, runs};
+  return {measure_depth<1>(run), measure_depth<2>(run), measure_depth<4>(run), measure_depth<6>(run)};
 }
 
 }  // namespace smla::bench
