@@ -137,14 +137,20 @@ __device__ __forceinline__ void fill_half(std::uint8_t* smem, int parity, int bu
   std::uint8_t* k_tile = smem + Layout::kK + buffer * Layout::kTileBytes;
   int* valid_s = reinterpret_cast<int*>(smem + Layout::kValid);
   const bool with_flags = buffer == kHalf;
+  bool stored_zero_rows = false;
 #pragma unroll
   for (int r = 0; r < kRounds; ++r) {
     const int row = r * kKeysPerRound + Loader::key_of(thread);
     Loader::template copy_async<kFirst, kEnd>(k_tile, row, part, keys.rows[r], l2_policy);
+    stored_zero_rows |= keys.rows[r] == nullptr;
     if (with_flags && part == 0) valid_s[buffer * kKeys + row] = keys.rows[r] != nullptr ? 1 : 0;
   }
   const std::uint32_t full = barriers.full(buffer, kHalf);
   cp_async_arrive_when_done(full);
+  // Zero rows (generic proxy stores) before the consumers' wgmma reads (async proxy):
+  // fenced by their writer, only where there are any (a fence in every fill cost as
+  // much as the consumers' fences after each wait, docs/PERF.md, session 23).
+  if (stored_zero_rows) fence_view_async_shared();
   mbarrier_arrive(full);  // releases the zero rows and flags stored above
 }
 
@@ -221,7 +227,6 @@ __device__ __forceinline__ void issue_score_steps(float (&s)[32], std::uint64_t 
                                                   std::uint32_t full, int parity, bool first) {
   using Layout = Sm90Layout<kDim>;
   mbarrier_wait(full, parity);
-  fence_view_async_shared();  // the copies and zero rows (generic proxy) before wgmma reads them
   wgmma_fence();
 #pragma unroll
   for (int step = kFirstStep; step < kEndStep; ++step) {
@@ -272,7 +277,6 @@ __device__ __forceinline__ void run_alternating_consumer(const SparseAttentionPa
     // Buffer 1's left half landed before odd's Q K^T, and cannot be refilled before
     // even releases it; its copies are seen through its own barrier.
     mbarrier_wait(barriers.full(1, 0), parity);
-    fence_view_async_shared();
     issue_pv_from_shared(o, partner_p, partner_v);
   };
 
@@ -360,7 +364,6 @@ __device__ __forceinline__ void run_alternating_consumer(const SparseAttentionPa
       mbarrier_wait(barriers.hand_off(kEvenPReady), parity);
       // Buffer 0's right half landed before even's Q K^T, and cannot be refilled before odd releases it.
       mbarrier_wait(barriers.full(0, 1), parity);
-      fence_view_async_shared();
       issue_pv_from_shared(o, partner_p, partner_v);
       wgmma_wait<1>();
       mbarrier_arrive(barriers.empty(1, 1));  // buffer 1, right
