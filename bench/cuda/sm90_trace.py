@@ -4,7 +4,8 @@
 Reads the output of a benchmark built with -DSMLA_SM90_TRACE (lines "sm90trace ..." from the
 FP8 rows kernel, "sm90items ..." from the copying kernel, "=== TITLE" lines between runs) and
 prints, for the last launch of each titled run, the median time of every event from the CTA's
-start (FP8 kernel) or the share of each phase in the even warpgroup's time (copying kernel).
+start (FP8 kernel) or the share of each phase in the even warpgroup's time and the time each
+warpgroup waited at each hand-off of the loop over pairs (copying kernel).
   sm90_trace.py LOG [--clock-mhz 1980]
 """
 import argparse
@@ -92,6 +93,13 @@ def main():
                     marks = {name: value for name, value in marks.items() if value}  # older logs lack some stamps
                     print("    us from the item's start (the item before's output done): " + ", ".join(
                         f"{name} {us((value - begin) / total['items']):.2f}" for name, value in marks.items()))
+                waits = {key[len("wait_"):]: sum(r.get(key, 0) for r in launch) for key in launch[0]
+                         if key.startswith("wait_")}
+                if any(waits.values()):
+                    # Thread 0 of each warpgroup: its cycles in each wait of the loop, against the even warpgroup's pairs.
+                    print("    waits in the loop, % of the pairs span (us/item): " + ", ".join(
+                        f"{name} {100 * value / spans['pairs']:.1f}% ({us(value / total['items']):.2f})"
+                        for name, value in waits.items() if value))
 
 
 if __name__ == "__main__":

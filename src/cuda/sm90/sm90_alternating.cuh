@@ -58,6 +58,14 @@ struct HalfBarriers {
   }
 };
 
+// mbarrier_wait, whose cycles thread 0 of the waiting warpgroup adds to the trace's
+// sum for `site` (SMLA_SM90_TRACE builds; otherwise only the wait).
+__device__ __forceinline__ void wait_at(WaitSite site, int thread, std::uint32_t barrier, std::uint32_t parity) {
+  const long long begin = trace_clock();
+  mbarrier_wait(barrier, parity);
+  if (thread == 0) trace_wait(site, begin);
+}
+
 // By thread 0 before the CTA's first barrier.
 template <int kDim>
 __device__ __forceinline__ void init_half_barriers(std::uint8_t* smem) {
@@ -133,7 +141,7 @@ __device__ __forceinline__ void fill_half(std::uint8_t* smem, int parity, int bu
   constexpr int kKeysPerRound = 128 / Loader::kParts;
   constexpr int kHalf = kFirst == 0 ? 0 : 1;
   const HalfBarriers<Loader::kDim> barriers{smem};
-  mbarrier_wait(barriers.empty(buffer, kHalf), parity ^ 1);
+  wait_at(half_site(kWaitEmpty, buffer, kHalf), thread, barriers.empty(buffer, kHalf), parity ^ 1);
   std::uint8_t* k_tile = smem + Layout::kK + buffer * Layout::kTileBytes;
   int* valid_s = reinterpret_cast<int*>(smem + Layout::kValid);
   const bool with_flags = buffer == kHalf;
@@ -224,9 +232,9 @@ __device__ __forceinline__ void publish_rows(float* to, const float (&value)[2],
 // once the K half they read has landed; the first step of the tile overwrites S.
 template <int kDim, int kFirstStep, int kEndStep>
 __device__ __forceinline__ void issue_score_steps(float (&s)[32], std::uint64_t q_desc, std::uint64_t k_desc,
-                                                  std::uint32_t full, int parity, bool first) {
+                                                  std::uint32_t full, int parity, bool first, WaitSite site, int thread) {
   using Layout = Sm90Layout<kDim>;
-  mbarrier_wait(full, parity);
+  wait_at(site, thread, full, parity);
   wgmma_fence();
 #pragma unroll
   for (int step = kFirstStep; step < kEndStep; ++step) {
@@ -273,10 +281,10 @@ __device__ __forceinline__ void run_alternating_consumer(const SparseAttentionPa
   float row_sum[2] = {0.0f, 0.0f};            // of this warpgroup's tiles; the two meet at the end
   // Even's P V of odd's P of the pair before (issued ahead of this pair's Q K^T, so both run together).
   auto issue_partner_pv = [&](int parity) {
-    mbarrier_wait(barriers.hand_off(kOddPReady), parity);
+    wait_at(kWaitEvenOddP, thread, barriers.hand_off(kOddPReady), parity);
     // Buffer 1's left half landed before odd's Q K^T, and cannot be refilled before
     // even releases it; its copies are seen through its own barrier.
-    mbarrier_wait(barriers.full(1, 0), parity);
+    wait_at(half_site(kWaitEvenFull, 1, 0), thread, barriers.full(1, 0), parity);
     issue_pv_from_shared(o, partner_p, partner_v);
   };
 
@@ -284,13 +292,17 @@ __device__ __forceinline__ void run_alternating_consumer(const SparseAttentionPa
     const int parity = (first_parity + pair) & 1;
     float s[32];
     if constexpr (kOdd) {  // the right half lands first
-      issue_score_steps<Loader::kDim, kLeftSteps, kSteps>(s, q_desc, k_desc, barriers.full(1, 1), parity, true);
-      issue_score_steps<Loader::kDim, 0, kLeftSteps>(s, q_desc, k_desc, barriers.full(1, 0), parity, false);
+      issue_score_steps<Loader::kDim, kLeftSteps, kSteps>(s, q_desc, k_desc, barriers.full(1, 1), parity, true,
+                                                          half_site(kWaitOddFull, 1, 1), thread);
+      issue_score_steps<Loader::kDim, 0, kLeftSteps>(s, q_desc, k_desc, barriers.full(1, 0), parity, false,
+                                                          half_site(kWaitOddFull, 1, 0), thread);
       wgmma_commit();
     } else if (pair == 0) {
-      issue_score_steps<Loader::kDim, 0, kLeftSteps>(s, q_desc, k_desc, barriers.full(0, 0), parity, true);
+      issue_score_steps<Loader::kDim, 0, kLeftSteps>(s, q_desc, k_desc, barriers.full(0, 0), parity, true,
+                                                          half_site(kWaitEvenFull, 0, 0), thread);
       if (thread == 0) trace_item(kItemFirstLeftIn);
-      issue_score_steps<Loader::kDim, kLeftSteps, kSteps>(s, q_desc, k_desc, barriers.full(0, 1), parity, false);
+      issue_score_steps<Loader::kDim, kLeftSteps, kSteps>(s, q_desc, k_desc, barriers.full(0, 1), parity, false,
+                                                          half_site(kWaitEvenFull, 0, 1), thread);
       wgmma_commit();
       if (thread == 0) trace_item(kItemFirstTiles);
     } else {
@@ -298,12 +310,14 @@ __device__ __forceinline__ void run_alternating_consumer(const SparseAttentionPa
       // even's own P V) under that P V, the right half (refilled once odd's P V of the
       // pair before is done) after it.
       issue_partner_pv(parity ^ 1);
-      issue_score_steps<Loader::kDim, 0, kLeftSteps>(s, q_desc, k_desc, barriers.full(0, 0), parity, true);
+      issue_score_steps<Loader::kDim, 0, kLeftSteps>(s, q_desc, k_desc, barriers.full(0, 0), parity, true,
+                                                          half_site(kWaitEvenFull, 0, 0), thread);
       wgmma_commit();
       wgmma_wait<1>();
       pin_registers(o);
       mbarrier_arrive(barriers.empty(1, 0));  // buffer 1, left
-      issue_score_steps<Loader::kDim, kLeftSteps, kSteps>(s, q_desc, k_desc, barriers.full(0, 1), parity, false);
+      issue_score_steps<Loader::kDim, kLeftSteps, kSteps>(s, q_desc, k_desc, barriers.full(0, 1), parity, false,
+                                                          half_site(kWaitEvenFull, 0, 1), thread);
       wgmma_commit();
     }
     wgmma_wait<0>();
@@ -313,7 +327,7 @@ __device__ __forceinline__ void run_alternating_consumer(const SparseAttentionPa
     float alpha[2];
     float reference[2];
     if constexpr (kOdd) {
-      mbarrier_wait(barriers.hand_off(kEvenMaxReady), parity);
+      wait_at(kWaitOddEvenMax, thread, barriers.hand_off(kEvenMaxReady), parity);
 #pragma unroll
       for (int h = 0; h < 2; ++h) tile_max[h] = fmaxf(tile_max[h], even_max_s[row0 + 8 * h]);
     }
@@ -336,7 +350,7 @@ __device__ __forceinline__ void run_alternating_consumer(const SparseAttentionPa
       // weights in s (one rounding), not from the registers the wgmma reads, so
       // odd's P V of it does not wait for even's own to finish (ncu: even waited
       // for its P V here and odd for even's P, each a few percent of the loop).
-      mbarrier_wait(barriers.hand_off(kPairMaxReady), parity);
+      wait_at(kWaitEvenPairMax, thread, barriers.hand_off(kPairMaxReady), parity);
       float beta[2];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
@@ -361,9 +375,9 @@ __device__ __forceinline__ void run_alternating_consumer(const SparseAttentionPa
       // itself): released before odd waits for even's P, so neither waits on a round trip.
       fence_view_async_shared();
       mbarrier_arrive(barriers.hand_off(kOddPReady));
-      mbarrier_wait(barriers.hand_off(kEvenPReady), parity);
+      wait_at(kWaitOddEvenP, thread, barriers.hand_off(kEvenPReady), parity);
       // Buffer 0's right half landed before even's Q K^T, and cannot be refilled before odd releases it.
-      mbarrier_wait(barriers.full(0, 1), parity);
+      wait_at(half_site(kWaitOddFull, 0, 1), thread, barriers.full(0, 1), parity);
       issue_pv_from_shared(o, partner_p, partner_v);
       wgmma_wait<1>();
       mbarrier_arrive(barriers.empty(1, 1));  // buffer 1, right

@@ -52,11 +52,30 @@ enum ItemStamp : int {
   kItemThirdFill,      // producer thread 0: the first pair's buffer 0 right half's copies issued
 };
 
+// The copying kernel's waits inside its loop over pairs: the cycles thread 0 of the
+// waiting warpgroup spent in each, summed over the CTA's pairs (which hand-off a pair
+// waits on). FULL and EMPTY sites are indexed 2 buffer + half (half 0: columns 0-255).
+enum WaitSite : int {
+  kWaitEmpty = 0,         // the producer, for a half's release
+  kWaitEvenFull = 4,      // even, for a half's rows (buffer 0: its Q K^T; buffer 1 left: odd's P V)
+  kWaitOddFull = 8,       // odd, likewise (buffer 1: its Q K^T; buffer 0 right: even's P V)
+  kWaitEvenPairMax = 12,  // even, for the pair's row max from odd
+  kWaitEvenOddP = 13,     // even, for odd's P
+  kWaitOddEvenMax = 14,   // odd, for even's row max
+  kWaitOddEvenP = 15,     // odd, for even's P
+  kWaitSites = 16,
+};
+// The site of a FULL or EMPTY wait for half `half` of buffer `buffer`.
+constexpr WaitSite half_site(WaitSite first, int buffer, int half) {
+  return static_cast<WaitSite>(first + 2 * buffer + half);
+}
+
 #if defined(SMLA_SM90_TRACE)
 inline constexpr int kTraceCtas = 1 << 14;
 static_assert(kTraceEvents == 17 && static_cast<int>(kItemThirdFill) < static_cast<int>(kTraceEvents),
               "trace_print prints 16 deltas; the item sums fit a row");
 static __device__ long long g_sm90_trace[kTraceCtas][kTraceEvents];  // one per translation unit; the host pass sees it too (its stub registers it)
+static __device__ unsigned long long g_sm90_waits[kTraceCtas][kWaitSites];
 #endif
 
 #if defined(SMLA_SM90_TRACE) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -105,16 +124,31 @@ __device__ __forceinline__ void trace_item_when_loaded(ItemStamp stamp, std::uin
   wait_for_load(value);
   trace_item(stamp);
 }
+// The clock before a timed wait (trace_wait adds what the wait took).
+__device__ __forceinline__ long long trace_clock() { return clock64(); }
+__device__ __forceinline__ void trace_wait(WaitSite site, long long begin) {
+  atomicAdd(&g_sm90_waits[trace_cta()][site], static_cast<unsigned long long>(clock64() - begin));
+}
 __device__ __forceinline__ void trace_items_print() {
   __syncthreads();
   if (threadIdx.x != 0) return;
   long long* row = g_sm90_trace[trace_cta()];
+  unsigned long long* waits = g_sm90_waits[trace_cta()];
   printf("sm90items cta %u sm %u start %lld query %lld first_tiles %lld pairs %lld output %lld items %lld last %lld "
-         "producer_start %lld indices_in %lld first_fill %lld stats %lld stores %lld first_left %lld third_fill %lld\n",
+         "producer_start %lld indices_in %lld first_fill %lld stats %lld stores %lld first_left %lld third_fill %lld "
+         "wait_empty_0l %llu wait_empty_0r %llu wait_empty_1l %llu wait_empty_1r %llu wait_even_full_0l %llu "
+         "wait_even_full_0r %llu wait_even_full_1l %llu wait_odd_full_0r %llu wait_odd_full_1l %llu "
+         "wait_odd_full_1r %llu wait_even_pair_max %llu wait_even_odd_p %llu wait_odd_even_max %llu "
+         "wait_odd_even_p %llu\n",
          blockIdx.x, sm_id(), row[0], row[kItemQueryIn], row[kItemFirstTiles], row[kItemPairsDone], row[kItemOutputDone],
          row[kItemCount], row[kItemLastOutput], row[kItemProducerStart], row[kItemIndicesIn], row[kItemFirstFill],
-         row[kItemStatsDone], row[kItemStoresIssued], row[kItemFirstLeftIn], row[kItemThirdFill]);
+         row[kItemStatsDone], row[kItemStoresIssued], row[kItemFirstLeftIn], row[kItemThirdFill], waits[kWaitEmpty],
+         waits[kWaitEmpty + 1], waits[kWaitEmpty + 2], waits[kWaitEmpty + 3], waits[kWaitEvenFull],
+         waits[kWaitEvenFull + 1], waits[kWaitEvenFull + 2], waits[kWaitOddFull + 1], waits[kWaitOddFull + 2],
+         waits[kWaitOddFull + 3], waits[kWaitEvenPairMax], waits[kWaitEvenOddP], waits[kWaitOddEvenMax],
+         waits[kWaitOddEvenP]);
   for (int e = 0; e < kTraceEvents; ++e) row[e] = 0;  // the next launch sums afresh
+  for (int site = 0; site < kWaitSites; ++site) waits[site] = 0;
 }
 __device__ __forceinline__ long long trace_global_time() {
   long long t;
@@ -122,6 +156,8 @@ __device__ __forceinline__ long long trace_global_time() {
   return t;
 }
 #else
+__device__ __forceinline__ long long trace_clock() { return 0; }
+__device__ __forceinline__ void trace_wait(WaitSite, long long) {}
 __device__ __forceinline__ void trace_item(ItemStamp) {}
 __device__ __forceinline__ void trace_item_when_loaded(ItemStamp, std::uint32_t) {}
 __device__ __forceinline__ void trace_items_print() {}
