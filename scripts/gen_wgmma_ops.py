@@ -5,8 +5,7 @@ to keep by hand; rerun this script after changing the list of shapes below."""
 import pathlib
 
 # (name, n, a_from_registers)
-SHAPES = [("wgmma_m64n64k16_ss", 64, False), ("wgmma_m64n128k16_rs", 128, True), ("wgmma_m64n256k16_rs", 256, True),
-          ("wgmma_m64n256k16_ss", 256, False)]
+SHAPES = [("wgmma_m64n64k16_ss", 64, False), ("wgmma_m64n256k16_rs", 256, True), ("wgmma_m64n256k16_ss", 256, False)]
 
 
 def accumulator_macros(acc):

@@ -30,14 +30,6 @@
 
 inline constexpr int kHalves = 2;
 inline constexpr int kLeftUnits = kHalfColumns / 64;  // 64-column regions in the left half
-// Buffer 1's right half, the first one odd's Q K^T reads, is filled and released in two
-// parts: its first 128 columns ([kLeftUnits, kSplitUnits)) and the tail past them
-// (`half` kTail). Odd releases that half itself after its own P V and waits for it
-// first in the next pair; in parts, its Q K^T starts once the first part is in, and
-// its own P V (two MMAs) releases the first part as soon as the first MMA is done
-// (docs/PERF.md, session 24: odd waited 11-21% of the loop for this half).
-inline constexpr int kSplitUnits = kLeftUnits + 2;
-inline constexpr int kTail = 2;
 
 // The hand-offs between the consumer warpgroups, once a pair of tiles: mbarriers of
 // 128 arrivals (every thread of the sending warpgroup, so each releases its own
@@ -55,11 +47,11 @@ inline constexpr int kHandOffs = 4;
 template <int kDim>
 struct HalfBarriers {
   std::uint8_t* smem;
-  __device__ std::uint32_t full(int buffer, int half) const {  // half kTail: buffer 1's
-    return smem_address(smem + Sm90Layout<kDim>::kHalfBarriers + 8 * (half == kTail ? 12 : 2 * buffer + half));
+  __device__ std::uint32_t full(int buffer, int half) const {
+    return smem_address(smem + Sm90Layout<kDim>::kHalfBarriers + 8 * (2 * buffer + half));
   }
   __device__ std::uint32_t empty(int buffer, int half) const {
-    return smem_address(smem + Sm90Layout<kDim>::kHalfBarriers + 8 * (half == kTail ? 13 : 4 + 2 * buffer + half));
+    return smem_address(smem + Sm90Layout<kDim>::kHalfBarriers + 8 * (4 + 2 * buffer + half));
   }
   __device__ std::uint32_t hand_off(HandOff which) const {
     return smem_address(smem + Sm90Layout<kDim>::kHalfBarriers + 8 * (8 + static_cast<int>(which)));
@@ -84,8 +76,6 @@ __device__ __forceinline__ void init_half_barriers(std::uint8_t* smem) {
       mbarrier_init(barriers.empty(buffer, half), 128);     // each thread of the warpgroup that read it last
     }
   }
-  mbarrier_init(barriers.full(1, kTail), 2 * 128);
-  mbarrier_init(barriers.empty(1, kTail), 128);
   for (int which = 0; which < kHandOffs; ++which) mbarrier_init(barriers.hand_off(static_cast<HandOff>(which)), 128);
 }
 
@@ -143,17 +133,15 @@ struct TileKeys {
 // for its release in the previous pair (the CTA's first pair waits on the parity
 // before the barrier's first phase, which passes at once), copy, arrive
 // on FULL when the copies land. Buffer 0 is filled left half first, buffer 1 right
-// half first (in two parts: kFirst kSplitUnits is its tail); that first half also
-// carries the buffer's validity flags.
+// half first; that first half also carries the buffer's validity flags.
 template <class Loader, int kFirst, int kEnd, int kRounds>
 __device__ __forceinline__ void fill_half(std::uint8_t* smem, int parity, int buffer, const TileKeys<kRounds>& keys,
                                           int part, int thread, std::uint64_t l2_policy) {
   using Layout = Sm90Layout<Loader::kDim>;
   constexpr int kKeysPerRound = 128 / Loader::kParts;
-  constexpr int kHalf = kFirst == 0 ? 0 : kFirst == kSplitUnits ? kTail : 1;
+  constexpr int kHalf = kFirst == 0 ? 0 : 1;
   const HalfBarriers<Loader::kDim> barriers{smem};
-  wait_at(kHalf == kTail ? kWaitEmptyTail : half_site(kWaitEmpty, buffer, kHalf), thread, barriers.empty(buffer, kHalf),
-          parity ^ 1);
+  wait_at(half_site(kWaitEmpty, buffer, kHalf), thread, barriers.empty(buffer, kHalf), parity ^ 1);
   std::uint8_t* k_tile = smem + Layout::kK + buffer * Layout::kTileBytes;
   int* valid_s = reinterpret_cast<int*>(smem + Layout::kValid);
   const bool with_flags = buffer == kHalf;
@@ -174,8 +162,8 @@ __device__ __forceinline__ void fill_half(std::uint8_t* smem, int parity, int bu
   mbarrier_arrive(full);  // releases the zero rows and flags stored above
 }
 
-// The producer: per pair of tiles, buffer 0 left, buffer 1 right (its two parts),
-// buffer 0 right, buffer 1 left, each once its last reader released it in the previous pair.
+// The producer: per pair of tiles, buffer 0 left, buffer 1 right, buffer 0 right,
+// buffer 1 left, each once its last reader released it in the previous pair.
 // (The sm90 kernel never packs tokens: a key's source follows from its position.)
 // first_parity: of the pairs this CTA ran for its earlier work items (their count's).
 template <class Loader>
@@ -220,8 +208,7 @@ __device__ __forceinline__ void run_alternating_producer(const SparseAttentionPa
     resolve_tile(2 * pair + 1, odd);
     fill_half<Loader, 0, kLeftUnits>(smem, parity, 0, even, part, thread, l2_policy);
     if (pair == 0 && thread == 0) trace_item(kItemFirstFill);
-    fill_half<Loader, kLeftUnits, kSplitUnits>(smem, parity, 1, odd, part, thread, l2_policy);
-    fill_half<Loader, kSplitUnits, Loader::kUnitsPerPart>(smem, parity, 1, odd, part, thread, l2_policy);
+    fill_half<Loader, kLeftUnits, Loader::kUnitsPerPart>(smem, parity, 1, odd, part, thread, l2_policy);
     fill_half<Loader, kLeftUnits, Loader::kUnitsPerPart>(smem, parity, 0, even, part, thread, l2_policy);
     if (pair == 0 && thread == 0) trace_item(kItemThirdFill);
     request_tile(2 * pair + 2, even);
@@ -270,7 +257,6 @@ __device__ __forceinline__ void run_alternating_consumer(const SparseAttentionPa
   constexpr int kPartner = 1 - kOwn;
   constexpr int kSteps = Loader::kDim / 16;
   constexpr int kLeftSteps = kLeftUnits * 4;  // Q K^T steps over the left half
-  constexpr int kSplitSteps = kSplitUnits * 4;  // ... and up to the end of buffer 1's right half's first part
   const HalfBarriers<Loader::kDim> barriers{smem};
   const int warp = thread / 32;
   const int lane = thread % 32;
@@ -305,11 +291,9 @@ __device__ __forceinline__ void run_alternating_consumer(const SparseAttentionPa
   for (int pair = 0; pair < num_pairs; ++pair) {
     const int parity = (first_parity + pair) & 1;
     float s[32];
-    if constexpr (kOdd) {  // the right half lands first, in two parts
-      issue_score_steps<Loader::kDim, kLeftSteps, kSplitSteps>(s, q_desc, k_desc, barriers.full(1, 1), parity, true,
-                                                               half_site(kWaitOddFull, 1, 1), thread);
-      issue_score_steps<Loader::kDim, kSplitSteps, kSteps>(s, q_desc, k_desc, barriers.full(1, kTail), parity, false,
-                                                           kWaitOddFullTail, thread);
+    if constexpr (kOdd) {  // the right half lands first
+      issue_score_steps<Loader::kDim, kLeftSteps, kSteps>(s, q_desc, k_desc, barriers.full(1, 1), parity, true,
+                                                          half_site(kWaitOddFull, 1, 1), thread);
       issue_score_steps<Loader::kDim, 0, kLeftSteps>(s, q_desc, k_desc, barriers.full(1, 0), parity, false,
                                                           half_site(kWaitOddFull, 1, 0), thread);
       wgmma_commit();
@@ -359,11 +343,7 @@ __device__ __forceinline__ void run_alternating_consumer(const SparseAttentionPa
     exponentiate_scores(s, reference, p.scale_log2, row_sum);
     Probabilities probabilities;
     pack_probabilities(s, probabilities);
-    if constexpr (kOdd) {
-      issue_pv_from_registers_in_two(o, probabilities, own_v, Layout::kChunkBytes);  // two groups: buffer 1's right half's parts
-    } else {
-      issue_pv_from_registers(o, probabilities, own_v);
-    }
+    issue_pv_from_registers(o, probabilities, own_v);
 
     if constexpr (!kOdd) {
       // The pair's max, while that P V runs: P at it goes to odd from the f32
@@ -395,14 +375,12 @@ __device__ __forceinline__ void run_alternating_consumer(const SparseAttentionPa
       // itself): released before odd waits for even's P, so neither waits on a round trip.
       fence_view_async_shared();
       mbarrier_arrive(barriers.hand_off(kOddPReady));
-      wgmma_wait<1>();  // the own P V's first MMA, over the right half's first part
-      mbarrier_arrive(barriers.empty(1, 1));  // buffer 1, right: its first part
       wait_at(kWaitOddEvenP, thread, barriers.hand_off(kEvenPReady), parity);
       // Buffer 0's right half landed before even's Q K^T, and cannot be refilled before odd releases it.
       wait_at(half_site(kWaitOddFull, 0, 1), thread, barriers.full(0, 1), parity);
       issue_pv_from_shared(o, partner_p, partner_v);
       wgmma_wait<1>();
-      mbarrier_arrive(barriers.empty(1, kTail));  // buffer 1, right: its tail
+      mbarrier_arrive(barriers.empty(1, 1));  // buffer 1, right
       wgmma_wait<0>();
       pin_registers(o);
       mbarrier_arrive(barriers.empty(0, 1));  // buffer 0, right

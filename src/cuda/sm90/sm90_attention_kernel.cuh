@@ -116,10 +116,10 @@ struct Sm90Layout {
   // Per K buffer: "this CTA's consumers are done with it" (all 256 arrive).
   static constexpr int kConsumed = kPeerEmpty + 2 * 8;
   // Alternating tiles (sm90_alternating.cuh): FULL and EMPTY mbarriers per K buffer half, [kind][buffer][half],
-  // the four hand-offs between the consumers, then FULL and EMPTY of buffer 1's right half's tail.
+  // then the four hand-offs between the consumers.
   static constexpr int kHalfBarriers = kConsumed + 2 * 8;
   // The Q tile's tensor-map loads have landed (one arrival plus their bytes).
-  static constexpr int kQueryLoaded = kHalfBarriers + 14 * 8;
+  static constexpr int kQueryLoaded = kHalfBarriers + 12 * 8;
   static constexpr int kBarriersEnd = kQueryLoaded + 8;
   // ... and the even tiles' P, which the odd tiles' warpgroup reads: for d_qk 576 in K buffer 0's RoPE
   // columns (only Q K^T reads them, and the buffer's right half is released after this P's last reader),
@@ -530,27 +530,6 @@ __device__ __forceinline__ void issue_pv_from_registers(float (&o)[128], const P
 #pragma unroll
   for (int step = 0; step < 4; ++step) {
     wgmma_m64n256k16_rs<1>(o, probabilities[step], advance_desc(v_desc, step * 16 * kSwizzleRowBytes), 1);
-  }
-  wgmma_commit();
-}
-
-// The same as two commit groups, O's columns 0-127 then 128-255 (v_desc's first two
-// 64-column chunks, then the next two), so the first group's V can be released first.
-__device__ __forceinline__ void issue_pv_from_registers_in_two(float (&o)[128], const Probabilities& probabilities,
-                                                               std::uint64_t v_desc, std::uint32_t chunk_bytes) {
-  // The accumulator of an m64nNk16 MMA holds columns [8 j, 8 j + 8) in its elements [4 j, 4 j + 4).
-  float(&first)[64] = *reinterpret_cast<float(*)[64]>(&o[0]);
-  float(&second)[64] = *reinterpret_cast<float(*)[64]>(&o[64]);
-  wgmma_fence();
-#pragma unroll
-  for (int step = 0; step < 4; ++step) {
-    wgmma_m64n128k16_rs<1>(first, probabilities[step], advance_desc(v_desc, step * 16 * kSwizzleRowBytes), 1);
-  }
-  wgmma_commit();
-  const std::uint64_t second_desc = advance_desc(v_desc, 2 * chunk_bytes);
-#pragma unroll
-  for (int step = 0; step < 4; ++step) {
-    wgmma_m64n128k16_rs<1>(second, probabilities[step], advance_desc(second_desc, step * 16 * kSwizzleRowBytes), 1);
   }
   wgmma_commit();
 }

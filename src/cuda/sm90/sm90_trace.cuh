@@ -63,11 +63,9 @@ enum WaitSite : int {
   kWaitEvenOddP = 13,     // even, for odd's P
   kWaitOddEvenMax = 14,   // odd, for even's row max
   kWaitOddEvenP = 15,     // odd, for even's P
-  kWaitEmptyTail = 16,    // the producer, for buffer 1's right half's tail (past its first 128 columns)
-  kWaitOddFullTail = 17,  // odd, for that tail's rows
-  kWaitSites = 18,
+  kWaitSites = 16,
 };
-// The site of a FULL or EMPTY wait for half `half` (0 or 1) of buffer `buffer`.
+// The site of a FULL or EMPTY wait for half `half` of buffer `buffer`.
 constexpr WaitSite half_site(WaitSite first, int buffer, int half) {
   return static_cast<WaitSite>(first + 2 * buffer + half);
 }
@@ -141,14 +139,14 @@ __device__ __forceinline__ void trace_items_print() {
          "wait_empty_0l %llu wait_empty_0r %llu wait_empty_1l %llu wait_empty_1r %llu wait_even_full_0l %llu "
          "wait_even_full_0r %llu wait_even_full_1l %llu wait_odd_full_0r %llu wait_odd_full_1l %llu "
          "wait_odd_full_1r %llu wait_even_pair_max %llu wait_even_odd_p %llu wait_odd_even_max %llu "
-         "wait_odd_even_p %llu wait_empty_1t %llu wait_odd_full_1t %llu\n",
+         "wait_odd_even_p %llu\n",
          blockIdx.x, sm_id(), row[0], row[kItemQueryIn], row[kItemFirstTiles], row[kItemPairsDone], row[kItemOutputDone],
          row[kItemCount], row[kItemLastOutput], row[kItemProducerStart], row[kItemIndicesIn], row[kItemFirstFill],
          row[kItemStatsDone], row[kItemStoresIssued], row[kItemFirstLeftIn], row[kItemThirdFill], waits[kWaitEmpty],
          waits[kWaitEmpty + 1], waits[kWaitEmpty + 2], waits[kWaitEmpty + 3], waits[kWaitEvenFull],
          waits[kWaitEvenFull + 1], waits[kWaitEvenFull + 2], waits[kWaitOddFull + 1], waits[kWaitOddFull + 2],
          waits[kWaitOddFull + 3], waits[kWaitEvenPairMax], waits[kWaitEvenOddP], waits[kWaitOddEvenMax],
-         waits[kWaitOddEvenP], waits[kWaitEmptyTail], waits[kWaitOddFullTail]);
+         waits[kWaitOddEvenP]);
   for (int e = 0; e < kTraceEvents; ++e) row[e] = 0;  // the next launch sums afresh
   for (int site = 0; site < kWaitSites; ++site) waits[site] = 0;
 }
