@@ -232,7 +232,8 @@ __device__ __forceinline__ void publish_rows(float* to, const float (&value)[2],
 // once the K half they read has landed; the first step of the tile overwrites S.
 template <int kDim, int kFirstStep, int kEndStep>
 __device__ __forceinline__ void issue_score_steps(float (&s)[32], std::uint64_t q_desc, std::uint64_t k_desc,
-                                                  std::uint32_t full, int parity, bool first, WaitSite site, int thread) {
+                                                  std::uint32_t full, int parity, bool first, WaitSite site,
+                                                  int thread) {
   using Layout = Sm90Layout<kDim>;
   wait_at(site, thread, full, parity);
   wgmma_fence();
@@ -295,11 +296,11 @@ __device__ __forceinline__ void run_alternating_consumer(const SparseAttentionPa
       issue_score_steps<Loader::kDim, kLeftSteps, kSteps>(s, q_desc, k_desc, barriers.full(1, 1), parity, true,
                                                           half_site(kWaitOddFull, 1, 1), thread);
       issue_score_steps<Loader::kDim, 0, kLeftSteps>(s, q_desc, k_desc, barriers.full(1, 0), parity, false,
-                                                          half_site(kWaitOddFull, 1, 0), thread);
+                                                     half_site(kWaitOddFull, 1, 0), thread);
       wgmma_commit();
     } else if (pair == 0) {
       issue_score_steps<Loader::kDim, 0, kLeftSteps>(s, q_desc, k_desc, barriers.full(0, 0), parity, true,
-                                                          half_site(kWaitEvenFull, 0, 0), thread);
+                                                     half_site(kWaitEvenFull, 0, 0), thread);
       if (thread == 0) trace_item(kItemFirstLeftIn);
       issue_score_steps<Loader::kDim, kLeftSteps, kSteps>(s, q_desc, k_desc, barriers.full(0, 1), parity, false,
                                                           half_site(kWaitEvenFull, 0, 1), thread);
@@ -311,7 +312,7 @@ __device__ __forceinline__ void run_alternating_consumer(const SparseAttentionPa
       // pair before is done) after it.
       issue_partner_pv(parity ^ 1);
       issue_score_steps<Loader::kDim, 0, kLeftSteps>(s, q_desc, k_desc, barriers.full(0, 0), parity, true,
-                                                          half_site(kWaitEvenFull, 0, 0), thread);
+                                                     half_site(kWaitEvenFull, 0, 0), thread);
       wgmma_commit();
       wgmma_wait<1>();
       pin_registers(o);

@@ -142,8 +142,8 @@ __device__ __forceinline__ void trace_items_print() {
          "wait_odd_even_p %llu\n",
          blockIdx.x, sm_id(), row[0], row[kItemQueryIn], row[kItemFirstTiles], row[kItemPairsDone], row[kItemOutputDone],
          row[kItemCount], row[kItemLastOutput], row[kItemProducerStart], row[kItemIndicesIn], row[kItemFirstFill],
-         row[kItemStatsDone], row[kItemStoresIssued], row[kItemFirstLeftIn], row[kItemThirdFill], waits[kWaitEmpty],
-         waits[kWaitEmpty + 1], waits[kWaitEmpty + 2], waits[kWaitEmpty + 3], waits[kWaitEvenFull],
+         row[kItemStatsDone], row[kItemStoresIssued], row[kItemFirstLeftIn], row[kItemThirdFill],
+         waits[kWaitEmpty], waits[kWaitEmpty + 1], waits[kWaitEmpty + 2], waits[kWaitEmpty + 3], waits[kWaitEvenFull],
          waits[kWaitEvenFull + 1], waits[kWaitEvenFull + 2], waits[kWaitOddFull + 1], waits[kWaitOddFull + 2],
          waits[kWaitOddFull + 3], waits[kWaitEvenPairMax], waits[kWaitEvenOddP], waits[kWaitOddEvenMax],
          waits[kWaitOddEvenP]);
