@@ -790,7 +790,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_attention_kernel(const __gri
   // its next send, and the sends by their receiver's consumers, so none is in flight here.
   if constexpr (kPair) cluster_meet();
   if (tid == 0) trace(kTraceEnd);
-  trace_print(trace_start);
+  trace_finish(trace_start);
 #else
   (void)p;  // never launched: the host uses this kernel only on sm_90 devices of an sm_90a build
 #endif

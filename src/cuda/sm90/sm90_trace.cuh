@@ -1,11 +1,15 @@
 // A timeline of the sm90 kernels' phases, for reading where a short CTA's time goes
 // (docs/cuda_backend.md, "Phase timeline"). Compiled in only with -DSMLA_SM90_TRACE:
-// chosen threads stamp the SM clock at fixed events into a global table, and thread 0
-// of each CTA prints its row when the CTA ends (one line a CTA and launch, "sm90trace").
+// chosen threads stamp the SM clock at fixed events into a global table, thread 0 of
+// each CTA stores where it ran when it ends, and a kernel launched after each traced
+// one prints the table (one line a CTA and launch, "sm90trace" / "sm90items").
 // Without the macro every call below is empty. ptxas may schedule a clock read ahead
 // of a bare named barrier or of a load's first use: a stamp can come early.
 #pragma once
 
+#include <cuda_runtime.h>
+
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 
@@ -73,9 +77,61 @@ constexpr WaitSite half_site(WaitSite first, int buffer, int half) {
 #if defined(SMLA_SM90_TRACE)
 inline constexpr int kTraceCtas = 1 << 14;
 static_assert(kTraceEvents == 17 && static_cast<int>(kItemThirdFill) < static_cast<int>(kTraceEvents),
-              "trace_print prints 16 deltas; the item sums fit a row");
+              "sm90_trace_dump_kernel prints 16 deltas; the item sums fit a row");
 static __device__ long long g_sm90_trace[kTraceCtas][kTraceEvents];  // one per translation unit; the host pass sees it too (its stub registers it)
 static __device__ unsigned long long g_sm90_waits[kTraceCtas][kWaitSites];
+// Where a CTA ran, stored when it ends: its block, SM and %globaltimer at its start.
+struct TraceCta {
+  unsigned block[3];
+  unsigned sm;
+  long long global_start;
+};
+static __device__ TraceCta g_sm90_trace_ctas[kTraceCtas];
+
+// Prints the table of the launch before it on the stream, one line a CTA, and clears
+// the copying kernel's sums for the next launch. A kernel of its own: a printf in the
+// traced kernels is a function call, across which ptxas serializes their wgmma (C7510),
+// and their timeline would not be theirs.
+static __global__ void sm90_trace_dump_kernel(int ctas, bool items) {
+  for (int c = 0; c < ctas; ++c) {
+    const TraceCta& cta = g_sm90_trace_ctas[c];
+    long long* row = g_sm90_trace[c];
+    if (!items) {
+      printf("sm90trace cta %u %u %u sm %u t0 %lld cycles %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld "
+             "%lld %lld %lld %lld\n",
+             cta.block[0], cta.block[1], cta.block[2], cta.sm, cta.global_start, row[1] - row[0], row[2] - row[0],
+             row[3] - row[0], row[4] - row[0], row[5] - row[0], row[6] - row[0], row[7] - row[0], row[8] - row[0],
+             row[9] - row[0], row[10] - row[0], row[11] - row[0], row[12] - row[0], row[13] - row[0], row[14] - row[0],
+             row[15] - row[0], row[16] - row[0]);
+      continue;
+    }
+    unsigned long long* waits = g_sm90_waits[c];
+    printf("sm90items cta %u sm %u start %lld query %lld first_tiles %lld pairs %lld output %lld items %lld last %lld "
+           "producer_start %lld indices_in %lld first_fill %lld stats %lld stores %lld first_left %lld third_fill %lld "
+           "wait_empty_0l %llu wait_empty_0r %llu wait_empty_1l %llu wait_empty_1r %llu wait_even_full_0l %llu "
+           "wait_even_full_0r %llu wait_even_full_1l %llu wait_odd_full_0r %llu wait_odd_full_1l %llu "
+           "wait_odd_full_1r %llu wait_even_pair_max %llu wait_even_odd_p %llu wait_odd_even_max %llu "
+           "wait_odd_even_p %llu\n",
+           cta.block[0], cta.sm, row[0], row[kItemQueryIn], row[kItemFirstTiles], row[kItemPairsDone],
+           row[kItemOutputDone], row[kItemCount], row[kItemLastOutput], row[kItemProducerStart], row[kItemIndicesIn],
+           row[kItemFirstFill], row[kItemStatsDone], row[kItemStoresIssued], row[kItemFirstLeftIn],
+           row[kItemThirdFill], waits[kWaitEmpty], waits[kWaitEmpty + 1], waits[kWaitEmpty + 2],
+           waits[kWaitEmpty + 3], waits[kWaitEvenFull], waits[kWaitEvenFull + 1], waits[kWaitEvenFull + 2],
+           waits[kWaitOddFull + 1], waits[kWaitOddFull + 2], waits[kWaitOddFull + 3], waits[kWaitEvenPairMax],
+           waits[kWaitEvenOddP], waits[kWaitOddEvenMax], waits[kWaitOddEvenP]);
+    for (int e = 0; e < kTraceEvents; ++e) row[e] = 0;  // the next launch sums afresh
+    for (int site = 0; site < kWaitSites; ++site) waits[site] = 0;
+  }
+}
+
+// After a traced kernel's launch (`launched`: its status) of `ctas` CTAs, prints its table.
+static cudaError_t trace_dump_after(cudaError_t launched, long long ctas, bool items, cudaStream_t stream) {
+  if (launched != cudaSuccess) return launched;
+  sm90_trace_dump_kernel<<<1, 1, 0, stream>>>(static_cast<int>(std::min<long long>(ctas, kTraceCtas)), items);
+  return cudaGetLastError();
+}
+#else
+inline cudaError_t trace_dump_after(cudaError_t launched, long long, bool, cudaStream_t) { return launched; }
 #endif
 
 #if defined(SMLA_SM90_TRACE) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -99,17 +155,12 @@ __device__ __forceinline__ void trace_when_loaded(TraceEvent event, std::uint32_
   wait_for_load(value);
   trace(event);
 }
-// Thread 0, once every stamping thread is past its last event (after a CTA-wide barrier).
-__device__ __forceinline__ void trace_print(long long global_start) {
+// Thread 0, once every stamping thread is past its last event (after a CTA-wide
+// barrier): where the CTA ran (its start's %globaltimer: 0 for the copying kernel).
+__device__ __forceinline__ void trace_finish(long long global_start) {
   __syncthreads();
   if (threadIdx.x != 0) return;
-  const long long* row = g_sm90_trace[trace_cta()];
-  printf("sm90trace cta %u %u %u sm %u t0 %lld cycles %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld "
-         "%lld %lld\n",
-         blockIdx.x, blockIdx.y, blockIdx.z, sm_id(), global_start, row[1] - row[0], row[2] - row[0], row[3] - row[0],
-         row[4] - row[0], row[5] - row[0], row[6] - row[0], row[7] - row[0], row[8] - row[0], row[9] - row[0],
-         row[10] - row[0], row[11] - row[0], row[12] - row[0], row[13] - row[0], row[14] - row[0], row[15] - row[0],
-         row[16] - row[0]);
+  g_sm90_trace_ctas[trace_cta()] = TraceCta{{blockIdx.x, blockIdx.y, blockIdx.z}, sm_id(), global_start};
 }
 __device__ __forceinline__ void trace_item(ItemStamp stamp) {
   long long* row = g_sm90_trace[trace_cta()];
@@ -129,27 +180,6 @@ __device__ __forceinline__ long long trace_clock() { return clock64(); }
 __device__ __forceinline__ void trace_wait(WaitSite site, long long begin) {
   atomicAdd(&g_sm90_waits[trace_cta()][site], static_cast<unsigned long long>(clock64() - begin));
 }
-__device__ __forceinline__ void trace_items_print() {
-  __syncthreads();
-  if (threadIdx.x != 0) return;
-  long long* row = g_sm90_trace[trace_cta()];
-  unsigned long long* waits = g_sm90_waits[trace_cta()];
-  printf("sm90items cta %u sm %u start %lld query %lld first_tiles %lld pairs %lld output %lld items %lld last %lld "
-         "producer_start %lld indices_in %lld first_fill %lld stats %lld stores %lld first_left %lld third_fill %lld "
-         "wait_empty_0l %llu wait_empty_0r %llu wait_empty_1l %llu wait_empty_1r %llu wait_even_full_0l %llu "
-         "wait_even_full_0r %llu wait_even_full_1l %llu wait_odd_full_0r %llu wait_odd_full_1l %llu "
-         "wait_odd_full_1r %llu wait_even_pair_max %llu wait_even_odd_p %llu wait_odd_even_max %llu "
-         "wait_odd_even_p %llu\n",
-         blockIdx.x, sm_id(), row[0], row[kItemQueryIn], row[kItemFirstTiles], row[kItemPairsDone], row[kItemOutputDone],
-         row[kItemCount], row[kItemLastOutput], row[kItemProducerStart], row[kItemIndicesIn], row[kItemFirstFill],
-         row[kItemStatsDone], row[kItemStoresIssued], row[kItemFirstLeftIn], row[kItemThirdFill],
-         waits[kWaitEmpty], waits[kWaitEmpty + 1], waits[kWaitEmpty + 2], waits[kWaitEmpty + 3], waits[kWaitEvenFull],
-         waits[kWaitEvenFull + 1], waits[kWaitEvenFull + 2], waits[kWaitOddFull + 1], waits[kWaitOddFull + 2],
-         waits[kWaitOddFull + 3], waits[kWaitEvenPairMax], waits[kWaitEvenOddP], waits[kWaitOddEvenMax],
-         waits[kWaitOddEvenP]);
-  for (int e = 0; e < kTraceEvents; ++e) row[e] = 0;  // the next launch sums afresh
-  for (int site = 0; site < kWaitSites; ++site) waits[site] = 0;
-}
 __device__ __forceinline__ long long trace_global_time() {
   long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
@@ -160,10 +190,9 @@ __device__ __forceinline__ long long trace_clock() { return 0; }
 __device__ __forceinline__ void trace_wait(WaitSite, long long) {}
 __device__ __forceinline__ void trace_item(ItemStamp) {}
 __device__ __forceinline__ void trace_item_when_loaded(ItemStamp, std::uint32_t) {}
-__device__ __forceinline__ void trace_items_print() {}
 __device__ __forceinline__ void trace(TraceEvent) {}
 __device__ __forceinline__ void trace_when_loaded(TraceEvent, std::uint32_t) {}
-__device__ __forceinline__ void trace_print(long long) {}
+__device__ __forceinline__ void trace_finish(long long) {}
 __device__ __forceinline__ long long trace_global_time() { return 0; }
 #endif
 

@@ -29,7 +29,7 @@ cudaError_t launch_sm90_attention(const SparseAttentionParams& caller_params, di
     const auto ctas = static_cast<unsigned>(std::min(items, most));
     const WorkGrid work{static_cast<int>(grid.x), static_cast<int>(grid.y), static_cast<int>(grid.z)};
     kernel<<<ctas, kThreads, smem_bytes, stream>>>(params, work);
-    return cudaGetLastError();
+    return trace_dump_after(cudaGetLastError(), ctas, true, stream);
   } else {
     // The two head blocks of an h_q 65..128 token run as a CTA pair that shares the expansion.
     if (grid.y == 2 && flags.pair_head_blocks) {
@@ -48,14 +48,15 @@ cudaError_t launch_sm90_attention(const SparseAttentionParams& caller_params, di
       config.stream = stream;
       config.attrs = &cluster;
       config.numAttrs = 1;
-      return cudaLaunchKernelEx(&config, kernel, params);
+      return trace_dump_after(cudaLaunchKernelEx(&config, kernel, params),
+                              static_cast<long long>(grid.x) * grid.y * grid.z, false, stream);
     }
     auto* kernel =
         flags.token_major ? sm90_attention_kernel<Loader, true, false> : sm90_attention_kernel<Loader, false, false>;
     const cudaError_t status = ensure_dynamic_smem(kernel, smem_bytes);
     if (status != cudaSuccess) return status;
     kernel<<<grid, kThreads, smem_bytes, stream>>>(params);
-    return cudaGetLastError();
+    return trace_dump_after(cudaGetLastError(), static_cast<long long>(grid.x) * grid.y * grid.z, false, stream);
   }
 }
 
