@@ -18,15 +18,15 @@ cudaError_t launch_sm90_attention(const SparseAttentionParams& caller_params, di
                                   const LaunchFlags& flags, cudaStream_t stream) {
   SparseAttentionParams params = caller_params;
   encode_query_tensor_map(&params, Loader::kDim);
+  const std::int64_t blocks = static_cast<std::int64_t>(grid.x) * grid.y * grid.z;
   if constexpr (Loader::kCopiesRows) {
     // One CTA per block of `grid`, or at most flags.persistent_ctas CTAs looping over them.
     auto* kernel = flags.token_major ? sm90_alternating_kernel<Loader, true> : sm90_alternating_kernel<Loader, false>;
     const cudaError_t status = ensure_dynamic_smem(kernel, smem_bytes);
     if (status != cudaSuccess) return status;
-    const std::int64_t items = static_cast<std::int64_t>(grid.x) * grid.y * grid.z;
-    if (items > std::numeric_limits<int>::max()) return cudaErrorInvalidConfiguration;  // the kernel counts in int
-    const std::int64_t most = flags.persistent_ctas > 0 ? flags.persistent_ctas : items;
-    const auto ctas = static_cast<unsigned>(std::min(items, most));
+    if (blocks > std::numeric_limits<int>::max()) return cudaErrorInvalidConfiguration;  // the kernel counts in int
+    const std::int64_t most = flags.persistent_ctas > 0 ? flags.persistent_ctas : blocks;
+    const auto ctas = static_cast<unsigned>(std::min(blocks, most));
     const WorkGrid work{static_cast<int>(grid.x), static_cast<int>(grid.y), static_cast<int>(grid.z)};
     kernel<<<ctas, kThreads, smem_bytes, stream>>>(params, work);
     return trace_dump_after(cudaGetLastError(), ctas, true, stream);
@@ -48,15 +48,14 @@ cudaError_t launch_sm90_attention(const SparseAttentionParams& caller_params, di
       config.stream = stream;
       config.attrs = &cluster;
       config.numAttrs = 1;
-      return trace_dump_after(cudaLaunchKernelEx(&config, kernel, params),
-                              static_cast<long long>(grid.x) * grid.y * grid.z, false, stream);
+      return trace_dump_after(cudaLaunchKernelEx(&config, kernel, params), blocks, false, stream);
     }
     auto* kernel =
         flags.token_major ? sm90_attention_kernel<Loader, true, false> : sm90_attention_kernel<Loader, false, false>;
     const cudaError_t status = ensure_dynamic_smem(kernel, smem_bytes);
     if (status != cudaSuccess) return status;
     kernel<<<grid, kThreads, smem_bytes, stream>>>(params);
-    return trace_dump_after(cudaGetLastError(), static_cast<long long>(grid.x) * grid.y * grid.z, false, stream);
+    return trace_dump_after(cudaGetLastError(), blocks, false, stream);
   }
 }
 
