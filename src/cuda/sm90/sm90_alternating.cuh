@@ -30,6 +30,8 @@
 
 inline constexpr int kHalves = 2;
 inline constexpr int kLeftUnits = kHalfColumns / 64;  // 64-column regions in the left half
+// A producer thread issues a half's copies only once fewer than this many of its halves are in flight.
+inline constexpr int kHalvesInFlight = 4;
 
 // The hand-offs between the consumer warpgroups, once a pair of tiles: mbarriers of
 // 128 arrivals (every thread of the sending warpgroup, so each releases its own
@@ -142,6 +144,7 @@ __device__ __forceinline__ void fill_half(std::uint8_t* smem, int parity, int bu
   constexpr int kHalf = kFirst == 0 ? 0 : 1;
   const HalfBarriers<Loader::kDim> barriers{smem};
   wait_at(half_site(kWaitEmpty, buffer, kHalf), thread, barriers.empty(buffer, kHalf), parity ^ 1);
+  if constexpr (kHalvesInFlight < 4) cp_async_wait_group<kHalvesInFlight - 1>();
   std::uint8_t* k_tile = smem + Layout::kK + buffer * Layout::kTileBytes;
   int* valid_s = reinterpret_cast<int*>(smem + Layout::kValid);
   const bool with_flags = buffer == kHalf;
@@ -155,6 +158,7 @@ __device__ __forceinline__ void fill_half(std::uint8_t* smem, int parity, int bu
   }
   const std::uint32_t full = barriers.full(buffer, kHalf);
   cp_async_arrive_when_done(full);
+  if constexpr (kHalvesInFlight < 4) cp_async_commit_group();
   // Zero rows (generic proxy stores) before the consumers' wgmma reads (async proxy):
   // fenced by their writer, only where there are any (a fence in every fill cost as
   // much as the consumers' fences after each wait, docs/PERF.md, session 23).
