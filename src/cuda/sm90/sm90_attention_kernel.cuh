@@ -42,6 +42,9 @@ inline constexpr int kThreads = 384;    // score, value and producer warpgroups
 inline constexpr int kConsumerThreads = 256;  // score and value warpgroups
 inline constexpr int kHalfColumns = kValueDim / 2;
 inline constexpr int kPrefetchTiles = 4;  // how far ahead the value warpgroup asks L2 for rows
+// How many passes ahead of its row loads the producer asks L2 for rows, where the value
+// warpgroup does not (0: never).
+inline constexpr int kProducerPrefetchPasses = 0;
 // A thread of a 384-thread CTA starts with 168 registers (65536 / 384, rounded
 // down to a multiple of 8). setmaxnreg only raises above or lowers below that,
 // and a raise waits until the lowered warpgroups have returned enough to the
@@ -344,8 +347,20 @@ __device__ __forceinline__ void run_producer(const SparseAttentionParams& p, std
   KeySlot keys[kRing];
   typename Loader::Share shares[kRing];
   PendingKey pending;
+  // A second stream of the same index values, kProducerPrefetchPasses passes ahead of
+  // the loads: its rows are asked of L2 (one thread a key the row, one its scales), so
+  // a row load waits on L2, not on device memory.
+  constexpr int kPrefetchAhead = kAhead + kProducerPrefetchPasses;
+  const bool prefetching = kProducerPrefetchPasses > 0 && !p.prefetch_rows && part < 2;
+  PendingKey prefetch_pending;
+  if (prefetching) prefetch_pending = request_round(kPrefetchAhead);
   // One pass: requests and loads pass round + kAhead into `incoming`, stores pass `round` from `current`.
   auto run_pass = [&](int round, int current, int incoming) {
+    if (prefetching) {
+      const KeySlot ahead = resolve_key(p, prefetch_pending);  // pass round + kPrefetchAhead, requested a pass ago
+      prefetch_pending = request_round(round + kPrefetchAhead + 1);
+      if (ahead.valid) Loader::prefetch_l2(key_source(p, ahead.source), ahead.slot, part);
+    }
     keys[incoming] = resolve_key(p, pending);  // requested a pass ago
     pending = request_round(round + kAhead + 1);
     load_share(keys[incoming], shares[incoming]);
