@@ -17,6 +17,7 @@
 //
 //   smla_bench_cuda [--cases FILE] [--prefill-cases FILE] [--no-decode] [--no-prefill] [--json OUT]
 //                   [--runs N] [--warmup N] [--filter TEXT] [--b N] [--check-max-b N]
+// --filter runs the cases whose label contains TEXT, or, as "=LABEL", that label alone.
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
@@ -43,6 +44,13 @@
 
 namespace smla::bench {
 namespace {
+
+// --filter: a label containing `filter`, or exactly the label after a leading '='.
+bool label_selected(const std::string& filter, const std::string& label) {
+  if (filter.empty()) return true;
+  if (filter.front() == '=') return label == filter.substr(1);
+  return label.find(filter) != std::string::npos;
+}
 
 constexpr double kMeasuredCopyTBps = 3.0;     // H100 device-to-device copy, read + write
 constexpr double kMeasuredBf16Tflops = 800.0;  // H100 8192^3 bf16 GEMM
@@ -385,7 +393,7 @@ int main_impl(int argc, char** argv) {
   const std::vector<Case> cases = o.decode ? load_cases(o.cases_path) : std::vector<Case>{};
   std::uint64_t seed = 20261126;
   for (const Case& c : cases) {
-    if (!o.filter.empty() && c.label.find(o.filter) == std::string::npos) continue;
+    if (!label_selected(o.filter, c.label)) continue;
     if (o.only_b != 0 && c.b != o.only_b) continue;
     const nlohmann::json r = run_case(c, o, seed++);
     std::string check = "-";
@@ -412,7 +420,7 @@ int main_impl(int argc, char** argv) {
                 "stage_us");
     report["prefill"] = nlohmann::json::array();
     for (const PrefillCase& c : load_prefill_cases(o.prefill_cases_path)) {
-      if (!o.filter.empty() && c.label.find(o.filter) == std::string::npos) continue;
+      if (!label_selected(o.filter, c.label)) continue;
       const nlohmann::json r = run_prefill_case(c, o.warmup, o.runs, seed++, ceiling.tflops);
       const double pct_gemm = 100.0 * r["tflops"].get<double>() / gemm_ceiling.tflops;
       std::printf("%-13s %-6s %4lld %7lld %5lld %9.1f %8.1f %6.1f %6.1f %6.1f %9.1f %7.2f %8.1f\n", c.label.c_str(),

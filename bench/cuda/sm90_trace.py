@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Summarizes the phase timeline of the sm90 kernels (src/cuda/sm90/sm90_trace.cuh).
 
-Reads the output of a benchmark built with -DSMLA_SM90_TRACE (lines "sm90trace ..." from the
-FP8 rows kernel, "sm90items ..." from the copying kernel, "=== TITLE" lines between runs) and
+Reads the output of a benchmark built with -DSMLA_SM90_TRACE (lines "sm90trace ..." and "sm90waits ..."
+from the FP8 rows kernel, "sm90items ..." from the copying kernel, "=== TITLE" lines between runs) and
 prints, for the last launch of each titled run, the median time of every event from the CTA's
 start (FP8 kernel) or the share of each phase in the even warpgroup's time and the time each
 warpgroup waited at each hand-off of the loop over pairs (copying kernel).
@@ -31,7 +31,9 @@ def parse(path):
         if fields[0] == "sm90trace":
             start = int(fields[8])
             deltas = [int(v) for v in fields[10:]]
-            run["trace"].append((start, deltas))
+            run["trace"].append((start, deltas, {}))
+        elif fields[0] == "sm90waits" and run["trace"]:  # the waits of the CTA on the line before
+            run["trace"][-1][2].update(zip(fields[5::2], (int(v) for v in fields[6::2])))
         elif fields[0] == "sm90items":
             run["items"].append(dict(zip(fields[1::2], (int(v) for v in fields[2::2]))))
     return runs
@@ -57,11 +59,19 @@ def main():
             print(f"{title}: FP8 kernel, {len(launch)} CTAs of the last launch, us from each CTA's start "
                   f"(median / min / max)")
             events = min(len(launch[0][1]), len(EVENTS))  # older logs stamp fewer events
-            order = sorted(range(events), key=lambda e: statistics.median(d[e] for _, d in launch))
+            order = sorted(range(events), key=lambda e: statistics.median(d[e] for _, d, _ in launch))
             for e in order:
-                values = [d[e] for _, d in launch]
+                values = [d[e] for _, d, _ in launch]
                 print(f"  {EVENTS[e]:15} {us(statistics.median(values)):8.2f} {us(min(values)):8.2f} "
                       f"{us(max(values)):8.2f}")
+            waits = launch[0][2].keys()
+            if waits:
+                # Thread 0 of each warpgroup: its cycles in each wait, summed over the CTA's tiles.
+                print("  waits over the tiles, us a CTA (median / min / max):")
+                for name in waits:
+                    values = [w.get(name, 0) for _, _, w in launch]
+                    print(f"    {name:15} {us(statistics.median(values)):8.2f} {us(min(values)):8.2f} "
+                          f"{us(max(values)):8.2f}")
         if run["items"]:
             # One launch = as many lines as CTAs; the copying kernel's grid is at most one CTA per SM.
             rows = run["items"]

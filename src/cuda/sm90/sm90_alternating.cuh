@@ -62,14 +62,6 @@ struct HalfBarriers {
   }
 };
 
-// mbarrier_wait, whose cycles thread 0 of the waiting warpgroup adds to the trace's
-// sum for `site` (SMLA_SM90_TRACE builds; otherwise only the wait).
-__device__ __forceinline__ void wait_at(WaitSite site, int thread, std::uint32_t barrier, std::uint32_t parity) {
-  const long long begin = trace_clock();
-  mbarrier_wait(barrier, parity);
-  if (thread == 0) trace_wait(site, begin);
-}
-
 // By thread 0 before the CTA's first barrier.
 template <int kDim>
 __device__ __forceinline__ void init_half_barriers(std::uint8_t* smem) {

@@ -293,6 +293,20 @@ __device__ __forceinline__ void send_half_to_peer(std::uint8_t* smem, int tile, 
   bulk_commit();
 }
 
+// mbarrier_wait, whose cycles thread 0 of the waiting warpgroup adds to the trace's
+// sum for `site` (SMLA_SM90_TRACE builds; otherwise only the wait).
+__device__ __forceinline__ void wait_at(WaitSite site, int thread, std::uint32_t barrier, std::uint32_t parity) {
+  const long long begin = trace_clock();
+  mbarrier_wait(barrier, parity);
+  if (thread == 0) trace_wait(site, begin);
+}
+// named_barrier_sync, timed likewise.
+__device__ __forceinline__ void sync_at(WaitSite site, int thread, int barrier, int threads) {
+  const long long begin = trace_clock();
+  named_barrier_sync(barrier, threads);
+  if (thread == 0) trace_wait(site, begin);
+}
+
 // The producers' two hand-offs of K buffer `buffer` around tile `tile`, the same
 // for both producers: wait until the consumers (and, in a pair, the last bulk
 // sends) are done with the tile two back; publish the stored tile to the
@@ -301,7 +315,7 @@ template <int kDim, bool kPair>
 __device__ __forceinline__ void wait_buffer_free(std::uint8_t* smem, int tile, int buffer, int thread) {
   if (tile < 2) return;
   if (kPair && thread == 0) bulk_wait_sources_read();  // the last sends from this buffer
-  mbarrier_wait(smem_address(smem + Sm90Layout<kDim>::kConsumed + 8 * buffer), ((tile - 2) / 2) & 1);
+  wait_at(kWaitProducerFree, thread, smem_address(smem + Sm90Layout<kDim>::kConsumed + 8 * buffer), ((tile - 2) / 2) & 1);
 }
 template <int kDim, bool kPair>
 __device__ __forceinline__ void publish_tile(std::uint8_t* smem, int tile, int buffer, std::uint32_t rank, int thread) {
@@ -370,6 +384,7 @@ __device__ __forceinline__ void run_producer(const SparseAttentionParams& p, std
     const int key = first_row + (round % kRounds) * kKeysPerRound + key_in_round;
     const float fp8_scale = key_source(p, keys[current].source).fp8_scale;
     if (thread == 0 && round == 0) trace_when_loaded(kTraceRows0In, shares[current].units[0].x);
+    if (thread == 0) trace_wait_for_load(kWaitProducerRows, shares[current].units[0].x);
     Loader::store(smem + Layout::kK + buffer * Layout::kTileBytes, key, part, shares[current], fp8_scale);
     if (part == 0) valid_s[buffer * kKeys + key] = keys[current].valid ? 1 : 0;
     if (round % kRounds == kRounds - 1) {
@@ -423,9 +438,11 @@ __device__ __forceinline__ void release_buffer(std::uint8_t* smem, int tile, int
 
 // Consumers of a CTA pair also wait for the peer's half of the tile.
 template <int kDim, bool kPair>
-__device__ __forceinline__ void wait_full(std::uint8_t* smem, int tile, int buffer) {
+__device__ __forceinline__ void wait_full(std::uint8_t* smem, int tile, int buffer, WaitSite site, int thread) {
+  const long long begin = trace_clock();
   named_barrier_sync(kFull0 + buffer, kThreads);
   if constexpr (kPair) mbarrier_wait(smem_address(smem + Sm90Layout<kDim>::kPeerFull + 8 * buffer), (tile / 2) & 1);
+  if (thread == 0) trace_wait(site, begin);
 }
 
 // S = Q K^T of one K buffer (64 rows x 64 keys), complete on return.
@@ -607,7 +624,7 @@ __device__ __forceinline__ void run_score_warpgroup(const SparseAttentionParams&
   for (int tile = 0; tile < num_tiles; ++tile) {
     const int buffer = tile & 1;
     const std::uint32_t k_address = smem_address(smem + Layout::kK + buffer * Layout::kTileBytes);
-    wait_full<Loader::kDim, kPair>(smem, tile, buffer);
+    wait_full<Loader::kDim, kPair>(smem, tile, buffer, kWaitScoreFull, thread);
     if (thread == 0 && tile == 0) trace(kTraceTile0Full);
 
     float s[32];
@@ -623,7 +640,7 @@ __device__ __forceinline__ void run_score_warpgroup(const SparseAttentionParams&
     pack_probabilities(s, probabilities);
 
     // P and the rescale factors for the value warpgroup (one buffer: wait until it read the last ones).
-    if (tile > 0) named_barrier_sync(kPEmpty, kConsumerThreads);
+    if (tile > 0) sync_at(kWaitScorePEmpty, thread, kPEmpty, kConsumerThreads);
     store_probabilities(smem_address(p_tile), probabilities, warp, lane);
     if (lane % 4 == 0) {
       alpha_s[row0] = alpha[0];
@@ -695,8 +712,8 @@ __device__ __forceinline__ void run_value_warpgroup(const SparseAttentionParams&
     const int buffer = tile & 1;
     const std::uint64_t v_desc =
         value_half_desc<Loader::kDim>(smem_address(smem + Layout::kK + buffer * Layout::kTileBytes), 1);
-    wait_full<Loader::kDim, kPair>(smem, tile, buffer);
-    named_barrier_sync(kPFull, kConsumerThreads);
+    wait_full<Loader::kDim, kPair>(smem, tile, buffer, kWaitValueFull, thread);
+    sync_at(kWaitValuePFull, thread, kPFull, kConsumerThreads);
     // Always: the skipping branch cost this warpgroup registers it does not have (ptxas spilled).
     rescale_rows(o, alpha_s[row0], alpha_s[row0 + 8]);
     issue_pv_from_shared(o, p_address, v_desc);

@@ -67,7 +67,14 @@ enum WaitSite : int {
   kWaitEvenOddP = 13,     // even, for odd's P
   kWaitOddEvenMax = 14,   // odd, for even's row max
   kWaitOddEvenP = 15,     // odd, for even's P
-  kWaitSites = 16,
+  // The FP8 rows kernel's waits over its tiles (thread 0 of each warpgroup):
+  kWaitProducerFree = 16,  // the producer, for a K buffer's release
+  kWaitProducerRows = 17,  // the producer, for a pass's rows (its first unit) before storing them
+  kWaitScoreFull = 18,     // the score warpgroup, for a tile
+  kWaitScorePEmpty = 19,   // the score warpgroup, for the value one to be done with the last P
+  kWaitValueFull = 20,     // the value warpgroup, for a tile
+  kWaitValuePFull = 21,    // the value warpgroup, for P
+  kWaitSites = 22,
 };
 // The site of a FULL or EMPTY wait for half `half` of buffer `buffer`.
 constexpr WaitSite half_site(WaitSite first, int buffer, int half) {
@@ -103,6 +110,12 @@ static __global__ void sm90_trace_dump_kernel(int ctas, bool items) {
              row[3] - row[0], row[4] - row[0], row[5] - row[0], row[6] - row[0], row[7] - row[0], row[8] - row[0],
              row[9] - row[0], row[10] - row[0], row[11] - row[0], row[12] - row[0], row[13] - row[0], row[14] - row[0],
              row[15] - row[0], row[16] - row[0]);
+      const unsigned long long* waits = g_sm90_waits[c];
+      printf("sm90waits cta %u %u %u producer_free %llu producer_rows %llu score_full %llu score_p_empty %llu "
+             "value_full %llu value_p_full %llu\n",
+             cta.block[0], cta.block[1], cta.block[2], waits[kWaitProducerFree], waits[kWaitProducerRows],
+             waits[kWaitScoreFull], waits[kWaitScorePEmpty], waits[kWaitValueFull], waits[kWaitValuePFull]);
+      for (int site = 0; site < kWaitSites; ++site) g_sm90_waits[c][site] = 0;
       continue;
     }
     unsigned long long* waits = g_sm90_waits[c];
@@ -175,6 +188,12 @@ __device__ __forceinline__ void trace_item_when_loaded(ItemStamp stamp, std::uin
   wait_for_load(value);
   trace_item(stamp);
 }
+// Adds to `site` the cycles until `value` (a load's destination) has landed.
+__device__ __forceinline__ void trace_wait_for_load(WaitSite site, std::uint32_t value) {
+  const long long begin = clock64();
+  wait_for_load(value);
+  atomicAdd(&g_sm90_waits[trace_cta()][site], static_cast<unsigned long long>(clock64() - begin));
+}
 // The clock before a timed wait (trace_wait adds what the wait took).
 __device__ __forceinline__ long long trace_clock() { return clock64(); }
 __device__ __forceinline__ void trace_wait(WaitSite site, long long begin) {
@@ -190,6 +209,7 @@ __device__ __forceinline__ long long trace_clock() { return 0; }
 __device__ __forceinline__ void trace_wait(WaitSite, long long) {}
 __device__ __forceinline__ void trace_item(ItemStamp) {}
 __device__ __forceinline__ void trace_item_when_loaded(ItemStamp, std::uint32_t) {}
+__device__ __forceinline__ void trace_wait_for_load(WaitSite, std::uint32_t) {}
 __device__ __forceinline__ void trace(TraceEvent) {}
 __device__ __forceinline__ void trace_when_loaded(TraceEvent, std::uint32_t) {}
 __device__ __forceinline__ void trace_finish(long long) {}
