@@ -42,9 +42,8 @@ inline constexpr int kThreads = 384;    // score, value and producer warpgroups
 inline constexpr int kConsumerThreads = 256;  // score and value warpgroups
 inline constexpr int kHalfColumns = kValueDim / 2;
 inline constexpr int kPrefetchTiles = 4;  // how far ahead the value warpgroup asks L2 for rows
-// How many passes ahead of its row loads the producer asks L2 for rows, where the value
-// warpgroup does not (0: never).
-inline constexpr int kProducerPrefetchPasses = 0;
+// How many passes before its row load the producer requests a key's index value.
+inline constexpr int kIndexPassesAhead = 1;
 // A thread of a 384-thread CTA starts with 168 registers (65536 / 384, rounded
 // down to a multiple of 8). setmaxnreg only raises above or lowers below that,
 // and a raise waits until the lowered warpgroups have returned enough to the
@@ -338,8 +337,8 @@ __device__ __forceinline__ void run_producer(const SparseAttentionParams& p, std
   const int total_rounds = num_tiles * kRounds;
 
   // Rows are loaded kAhead passes before they are stored (a gather from device
-  // memory takes far longer than one pass), and each index value is requested a
-  // pass before its row load needs it (request_key / resolve_key).
+  // memory takes far longer than one pass), and each index value is requested
+  // kIndexPassesAhead passes before its row load needs it (request_key / resolve_key).
   // The kAhead + 1 shares form a ring, pass r in slot r % kRing. With two or
   // more passes ahead the loop is unrolled kRing times so every slot index is a
   // constant (measured on V3.2 when it ran two passes ahead: 3-5% faster than moving the shares down);
@@ -360,23 +359,15 @@ __device__ __forceinline__ void run_producer(const SparseAttentionParams& p, std
   };
   KeySlot keys[kRing];
   typename Loader::Share shares[kRing];
-  PendingKey pending;
-  // A second stream of the same index values, kProducerPrefetchPasses passes ahead of
-  // the loads: its rows are asked of L2 (one thread a key the row, one its scales), so
-  // a row load waits on L2, not on device memory.
-  constexpr int kPrefetchAhead = kAhead + kProducerPrefetchPasses;
-  const bool prefetching = kProducerPrefetchPasses > 0 && !p.prefetch_rows && part < 2;
-  PendingKey prefetch_pending;
-  if (prefetching) prefetch_pending = request_round(kPrefetchAhead);
+  // The index values of passes round + kAhead ... round + kAhead + kIndexPassesAhead - 1.
+  PendingKey pending[kIndexPassesAhead];
   // One pass: requests and loads pass round + kAhead into `incoming`, stores pass `round` from `current`.
   auto run_pass = [&](int round, int current, int incoming) {
-    if (prefetching) {
-      const KeySlot ahead = resolve_key(p, prefetch_pending);  // pass round + kPrefetchAhead, requested a pass ago
-      prefetch_pending = request_round(round + kPrefetchAhead + 1);
-      if (ahead.valid) Loader::prefetch_l2(key_source(p, ahead.source), ahead.slot, part);
-    }
-    keys[incoming] = resolve_key(p, pending);  // requested a pass ago
-    pending = request_round(round + kAhead + 1);
+    if (thread == 0) trace_wait_for_load(kWaitProducerIndex, pending[0].word);
+    keys[incoming] = resolve_key(p, pending[0]);
+#pragma unroll
+    for (int i = 0; i + 1 < kIndexPassesAhead; ++i) pending[i] = pending[i + 1];
+    pending[kIndexPassesAhead - 1] = request_round(round + kAhead + kIndexPassesAhead);
     load_share(keys[incoming], shares[incoming]);
     const int tile = round / kRounds;
     const int buffer = tile & 1;
@@ -398,7 +389,8 @@ __device__ __forceinline__ void run_producer(const SparseAttentionParams& p, std
   if (thread == 0) trace(kTraceFirstKeys);
 #pragma unroll
   for (int i = 0; i < kAhead; ++i) load_share(keys[i], shares[i]);
-  pending = request_round(kAhead);
+#pragma unroll
+  for (int i = 0; i < kIndexPassesAhead; ++i) pending[i] = request_round(kAhead + i);
   for (int base = 0; base < total_rounds; base += kUnroll) {
     if constexpr (kUnroll > 1) {
 #pragma unroll

@@ -74,7 +74,8 @@ enum WaitSite : int {
   kWaitScorePEmpty = 19,   // the score warpgroup, for the value one to be done with the last P
   kWaitValueFull = 20,     // the value warpgroup, for a tile
   kWaitValuePFull = 21,    // the value warpgroup, for P
-  kWaitSites = 22,
+  kWaitProducerIndex = 22, // the producer, for a pass's index value (its first key's)
+  kWaitSites = 23,
 };
 // The site of a FULL or EMPTY wait for half `half` of buffer `buffer`.
 constexpr WaitSite half_site(WaitSite first, int buffer, int half) {
@@ -112,9 +113,10 @@ static __global__ void sm90_trace_dump_kernel(int ctas, bool items) {
              row[15] - row[0], row[16] - row[0]);
       const unsigned long long* waits = g_sm90_waits[c];
       printf("sm90waits cta %u %u %u producer_free %llu producer_rows %llu score_full %llu score_p_empty %llu "
-             "value_full %llu value_p_full %llu\n",
+             "value_full %llu value_p_full %llu producer_index %llu\n",
              cta.block[0], cta.block[1], cta.block[2], waits[kWaitProducerFree], waits[kWaitProducerRows],
-             waits[kWaitScoreFull], waits[kWaitScorePEmpty], waits[kWaitValueFull], waits[kWaitValuePFull]);
+             waits[kWaitScoreFull], waits[kWaitScorePEmpty], waits[kWaitValueFull], waits[kWaitValuePFull],
+             waits[kWaitProducerIndex]);
       for (int site = 0; site < kWaitSites; ++site) g_sm90_waits[c][site] = 0;
       continue;
     }
