@@ -44,6 +44,9 @@ inline constexpr int kHalfColumns = kValueDim / 2;
 inline constexpr int kPrefetchTiles = 4;  // how far ahead the value warpgroup asks L2 for rows
 // How many passes before its row load the producer requests a key's index value.
 inline constexpr int kIndexPassesAhead = 1;
+// 1 / 2: the producer asks L1 / L2 for the rows of the pass after next (their index
+// values, kIndexPassesAhead >= 2, were requested a pass before); 0: never.
+inline constexpr int kRowPrefetchLevel = 0;
 // A thread of a 384-thread CTA starts with 168 registers (65536 / 384, rounded
 // down to a multiple of 8). setmaxnreg only raises above or lowers below that,
 // and a raise waits until the lowered warpgroups have returned enough to the
@@ -365,6 +368,11 @@ __device__ __forceinline__ void run_producer(const SparseAttentionParams& p, std
   auto run_pass = [&](int round, int current, int incoming) {
     if (thread == 0) trace_wait_for_load(kWaitProducerIndex, pending[0].word);
     keys[incoming] = resolve_key(p, pending[0]);
+    if constexpr (kRowPrefetchLevel != 0) {
+      static_assert(kIndexPassesAhead >= 2, "the prefetched rows' index values are pending[1]");
+      const KeySlot ahead = resolve_key(p, pending[1]);
+      if (ahead.valid) Loader::template prefetch_lines<kRowPrefetchLevel>(key_source(p, ahead.source), ahead.slot, part);
+    }
 #pragma unroll
     for (int i = 0; i + 1 < kIndexPassesAhead; ++i) pending[i] = pending[i + 1];
     pending[kIndexPassesAhead - 1] = request_round(round + kAhead + kIndexPassesAhead);
