@@ -47,6 +47,7 @@ inline constexpr int kIndexPassesAhead = 1;
 // 1 / 2: the producer asks L1 / L2 for the rows of the pass after next (their index
 // values, kIndexPassesAhead >= 2, were requested a pass before); 0: never.
 inline constexpr int kRowPrefetchLevel = 0;
+static_assert(kRowPrefetchLevel == 0 || kIndexPassesAhead >= 2, "the prefetched rows' index values are pending[1]");
 // A thread of a 384-thread CTA starts with 168 registers (65536 / 384, rounded
 // down to a multiple of 8). setmaxnreg only raises above or lowers below that,
 // and a raise waits until the lowered warpgroups have returned enough to the
@@ -369,7 +370,6 @@ __device__ __forceinline__ void run_producer(const SparseAttentionParams& p, std
     if (thread == 0) trace_wait_for_load(kWaitProducerIndex, pending[0].word);
     keys[incoming] = resolve_key(p, pending[0]);
     if constexpr (kRowPrefetchLevel != 0) {
-      static_assert(kIndexPassesAhead >= 2, "the prefetched rows' index values are pending[1]");
       const KeySlot ahead = resolve_key(p, pending[1]);
       if (ahead.valid) Loader::template prefetch_lines<kRowPrefetchLevel>(key_source(p, ahead.source), ahead.slot, part);
     }
