@@ -30,10 +30,6 @@
 
 inline constexpr int kHalves = 2;
 inline constexpr int kLeftUnits = kHalfColumns / 64;  // 64-column regions in the left half
-// An item's first pair: 0 fills it as every other pair; 1 buffer 0 whole first (even's
-// first tile), then buffer 1; 2 as 1, each half of buffer 1 issued once the same
-// producer thread's copies of the half two fills before have landed.
-inline constexpr int kFirstPairOrder = 0;
 
 // The hand-offs between the consumer warpgroups, once a pair of tiles: mbarriers of
 // 128 arrivals (every thread of the sending warpgroup, so each releases its own
@@ -130,7 +126,7 @@ struct TileKeys {
 // before the barrier's first phase, which passes at once), copy, arrive
 // on FULL when the copies land. Buffer 0 is filled left half first, buffer 1 right
 // half first; that first half also carries the buffer's validity flags.
-template <class Loader, int kFirst, int kEnd, int kRounds, int kPendingBefore = -1, bool kCommit = false>
+template <class Loader, int kFirst, int kEnd, int kRounds>
 __device__ __forceinline__ void fill_half(std::uint8_t* smem, int parity, int buffer, const TileKeys<kRounds>& keys,
                                           int part, int thread, std::uint64_t l2_policy) {
   using Layout = Sm90Layout<Loader::kDim>;
@@ -138,7 +134,6 @@ __device__ __forceinline__ void fill_half(std::uint8_t* smem, int parity, int bu
   constexpr int kHalf = kFirst == 0 ? 0 : 1;
   const HalfBarriers<Loader::kDim> barriers{smem};
   wait_at(half_site(kWaitEmpty, buffer, kHalf), thread, barriers.empty(buffer, kHalf), parity ^ 1);
-  if constexpr (kPendingBefore >= 0) cp_async_wait_group<kPendingBefore>();
   std::uint8_t* k_tile = smem + Layout::kK + buffer * Layout::kTileBytes;
   int* valid_s = reinterpret_cast<int*>(smem + Layout::kValid);
   const bool with_flags = buffer == kHalf;
@@ -152,7 +147,6 @@ __device__ __forceinline__ void fill_half(std::uint8_t* smem, int parity, int bu
   }
   const std::uint32_t full = barriers.full(buffer, kHalf);
   cp_async_arrive_when_done(full);
-  if constexpr (kCommit) cp_async_commit_group();
   // Zero rows (generic proxy stores) before the consumers' wgmma reads (async proxy):
   // fenced by their writer, only where there are any (a fence in every fill cost as
   // much as the consumers' fences after each wait, docs/PERF.md, session 23).
@@ -204,24 +198,10 @@ __device__ __forceinline__ void run_alternating_producer(const SparseAttentionPa
     resolve_tile(2 * pair, even);
     if (pair == 0 && thread == 0) trace_item_when_loaded(kItemIndicesIn, static_cast<std::uint32_t>(even.words[0]));
     resolve_tile(2 * pair + 1, odd);
-    // kFirstPairOrder: buffer 0's right half before buffer 1's in an item's first pair.
-    const bool zero_first = kFirstPairOrder != 0 && pair == 0;
-    constexpr bool kThrottled = kFirstPairOrder == 2;
-    fill_half<Loader, 0, kLeftUnits, kRounds, -1, kThrottled>(smem, parity, 0, even, part, thread, l2_policy);
+    fill_half<Loader, 0, kLeftUnits>(smem, parity, 0, even, part, thread, l2_policy);
     if (pair == 0 && thread == 0) trace_item(kItemFirstFill);
-    if (zero_first) {
-      fill_half<Loader, kLeftUnits, Loader::kUnitsPerPart, kRounds, -1, kThrottled>(smem, parity, 0, even, part, thread,
-                                                                                     l2_policy);
-      if (kThrottled) cp_async_wait_group<1>();
-    }
-    fill_half<Loader, kLeftUnits, Loader::kUnitsPerPart, kRounds, -1, kThrottled>(smem, parity, 1, odd, part, thread,
-                                                                                   l2_policy);
-    if (!zero_first) {
-      fill_half<Loader, kLeftUnits, Loader::kUnitsPerPart, kRounds, -1, kThrottled>(smem, parity, 0, even, part, thread,
-                                                                                     l2_policy);
-    } else if (kThrottled) {
-      cp_async_wait_group<1>();
-    }
+    fill_half<Loader, kLeftUnits, Loader::kUnitsPerPart>(smem, parity, 1, odd, part, thread, l2_policy);
+    fill_half<Loader, kLeftUnits, Loader::kUnitsPerPart>(smem, parity, 0, even, part, thread, l2_policy);
     if (pair == 0 && thread == 0) trace_item(kItemThirdFill);
     request_tile(2 * pair + 2, even);
     fill_half<Loader, 0, kLeftUnits>(smem, parity, 1, odd, part, thread, l2_policy);

@@ -42,12 +42,6 @@ inline constexpr int kThreads = 384;    // score, value and producer warpgroups
 inline constexpr int kConsumerThreads = 256;  // score and value warpgroups
 inline constexpr int kHalfColumns = kValueDim / 2;
 inline constexpr int kPrefetchTiles = 4;  // how far ahead the value warpgroup asks L2 for rows
-// How many passes before its row load the producer requests a key's index value.
-inline constexpr int kIndexPassesAhead = 1;
-// 1 / 2: the producer asks L1 / L2 for the rows of the pass after next (their index
-// values, kIndexPassesAhead >= 2, were requested a pass before); 0: never.
-inline constexpr int kRowPrefetchLevel = 0;
-static_assert(kRowPrefetchLevel == 0 || kIndexPassesAhead >= 2, "the prefetched rows' index values are pending[1]");
 // A thread of a 384-thread CTA starts with 168 registers (65536 / 384, rounded
 // down to a multiple of 8). setmaxnreg only raises above or lowers below that,
 // and a raise waits until the lowered warpgroups have returned enough to the
@@ -318,7 +312,8 @@ template <int kDim, bool kPair>
 __device__ __forceinline__ void wait_buffer_free(std::uint8_t* smem, int tile, int buffer, int thread) {
   if (tile < 2) return;
   if (kPair && thread == 0) bulk_wait_sources_read();  // the last sends from this buffer
-  wait_at(kWaitProducerFree, thread, smem_address(smem + Sm90Layout<kDim>::kConsumed + 8 * buffer), ((tile - 2) / 2) & 1);
+  const std::uint32_t consumed = smem_address(smem + Sm90Layout<kDim>::kConsumed + 8 * buffer);
+  wait_at(kWaitProducerFree, thread, consumed, ((tile - 2) / 2) & 1);
 }
 template <int kDim, bool kPair>
 __device__ __forceinline__ void publish_tile(std::uint8_t* smem, int tile, int buffer, std::uint32_t rank, int thread) {
@@ -341,8 +336,8 @@ __device__ __forceinline__ void run_producer(const SparseAttentionParams& p, std
   const int total_rounds = num_tiles * kRounds;
 
   // Rows are loaded kAhead passes before they are stored (a gather from device
-  // memory takes far longer than one pass), and each index value is requested
-  // kIndexPassesAhead passes before its row load needs it (request_key / resolve_key).
+  // memory takes far longer than one pass), and each index value is requested a
+  // pass before its row load needs it (request_key / resolve_key).
   // The kAhead + 1 shares form a ring, pass r in slot r % kRing. With two or
   // more passes ahead the loop is unrolled kRing times so every slot index is a
   // constant (measured on V3.2 when it ran two passes ahead: 3-5% faster than moving the shares down);
@@ -363,19 +358,12 @@ __device__ __forceinline__ void run_producer(const SparseAttentionParams& p, std
   };
   KeySlot keys[kRing];
   typename Loader::Share shares[kRing];
-  // The index values of passes round + kAhead ... round + kAhead + kIndexPassesAhead - 1.
-  PendingKey pending[kIndexPassesAhead];
+  PendingKey pending;
   // One pass: requests and loads pass round + kAhead into `incoming`, stores pass `round` from `current`.
   auto run_pass = [&](int round, int current, int incoming) {
-    if (thread == 0) trace_wait_for_load(kWaitProducerIndex, pending[0].word);
-    keys[incoming] = resolve_key(p, pending[0]);
-    if constexpr (kRowPrefetchLevel != 0) {
-      const KeySlot ahead = resolve_key(p, pending[1]);
-      if (ahead.valid) Loader::template prefetch_lines<kRowPrefetchLevel>(key_source(p, ahead.source), ahead.slot, part);
-    }
-#pragma unroll
-    for (int i = 0; i + 1 < kIndexPassesAhead; ++i) pending[i] = pending[i + 1];
-    pending[kIndexPassesAhead - 1] = request_round(round + kAhead + kIndexPassesAhead);
+    if (thread == 0) trace_wait_for_load(kWaitProducerIndex, pending.word);
+    keys[incoming] = resolve_key(p, pending);  // requested a pass ago
+    pending = request_round(round + kAhead + 1);
     load_share(keys[incoming], shares[incoming]);
     const int tile = round / kRounds;
     const int buffer = tile & 1;
@@ -397,8 +385,7 @@ __device__ __forceinline__ void run_producer(const SparseAttentionParams& p, std
   if (thread == 0) trace(kTraceFirstKeys);
 #pragma unroll
   for (int i = 0; i < kAhead; ++i) load_share(keys[i], shares[i]);
-#pragma unroll
-  for (int i = 0; i < kIndexPassesAhead; ++i) pending[i] = request_round(kAhead + i);
+  pending = request_round(kAhead);
   for (int base = 0; base < total_rounds; base += kUnroll) {
     if constexpr (kUnroll > 1) {
 #pragma unroll

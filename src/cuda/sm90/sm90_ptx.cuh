@@ -90,13 +90,6 @@ __device__ __forceinline__ void mbarrier_arrive(std::uint32_t barrier) {
 __device__ __forceinline__ void cp_async_arrive_when_done(std::uint32_t barrier) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(barrier) : "memory");
 }
-// cp.async groups: the copies this thread issued since its last commit form one group;
-// wait_group<N> returns once at most N of its groups are still in flight.
-__device__ __forceinline__ void cp_async_commit_group() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait_group() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
 // One arrival on a barrier of the peer CTA (a shared::cluster address). Default
 // (CTA-scope release) semantics: a cluster-scope release costs a MEMBAR.GPU that
 // waits for the thread's loads in flight.

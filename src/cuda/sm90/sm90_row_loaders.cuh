@@ -193,24 +193,6 @@ struct Sm90RowLoader {
     }
   }
 
-  // Asks L1 (kLevel 1) or L2 (kLevel 2) for the lines of a key's row (and of its
-  // scale footer): this part's share of them, one prefetch a 128-byte line.
-  template <int kLevel>
-  __device__ static void prefetch_lines(const KvSourceParams& src, std::uint32_t slot, int part) {
-    static_assert(kLevel == 1 || kLevel == 2);
-    const RowLocation at = Units::locate(src, slot);
-    auto line = [](const std::uint8_t* address) {
-      if constexpr (kLevel == 1) {
-        asm volatile("prefetch.global.L1 [%0];\n" ::"l"(address) : "memory");
-      } else {
-        asm volatile("prefetch.global.L2 [%0];\n" ::"l"(address) : "memory");
-      }
-    };
-    for (int offset = 128 * part; offset < Units::kRowBytes; offset += 128 * kParts) line(at.row + offset);
-    if (part == kParts - 1) line(at.row + Units::kRowBytes - 1);  // a row that starts inside a line ends in one more
-    if (Units::kScaleFooter && part == 0) line(at.scales);
-  }
-
   // The key of a round (0 .. 128 / kParts - 1) and the part of it that producer thread
   // `thread` (0..127) takes. A 16-byte shared store serves 8 threads at a time, and
   // they must hit 8 distinct 16-byte columns of the 128-byte swizzle row. With 4 parts
