@@ -340,11 +340,14 @@ __device__ __forceinline__ void run_producer(const SparseAttentionParams& p, std
   // pass before its row load needs it (request_key / resolve_key).
   // The kAhead + 1 shares form a ring, pass r in slot r % kRing. With two or
   // more passes ahead the loop is unrolled kRing times so every slot index is a
-  // constant (measured on V3.2 when it ran two passes ahead: 3-5% faster than moving the shares down);
-  // with one pass ahead (V4, V3.2, bf16) the moves measured cheaper than the doubled loop body.
+  // constant (measured on V3.2 when it ran two passes ahead: 3-5% faster than moving the shares down).
+  // With one pass ahead, moving a share down after its pass's loads were issued
+  // waits for those loads (Nsight Compute, docs/PERF.md, session 25); unrolled, it
+  // measured faster for unpaired d 512 CTAs of many keys, but slower for small
+  // batches (whose code runs cold) and CTA pairs, which keep the moves.
   constexpr int kAhead = Loader::kPassesAhead;
   constexpr int kRing = kAhead + 1;
-  constexpr int kUnroll = kAhead > 1 ? kRing : 1;
+  constexpr bool kUnrollLongCtas = Loader::kDim == 512 && !kPair;
   auto request_round = [&](int round) {
     const int position = begin + round / kRounds * kKeys + first_row + (round % kRounds) * kKeysPerRound + key_in_round;
     return request_key(p, token, position, end, n_main);  // past `end`: nothing is read
@@ -386,21 +389,31 @@ __device__ __forceinline__ void run_producer(const SparseAttentionParams& p, std
 #pragma unroll
   for (int i = 0; i < kAhead; ++i) load_share(keys[i], shares[i]);
   pending = request_round(kAhead);
-  for (int base = 0; base < total_rounds; base += kUnroll) {
-    if constexpr (kUnroll > 1) {
+  auto run_unrolled = [&] {
+    for (int base = 0; base < total_rounds; base += kRing) {
 #pragma unroll
       for (int slot = 0; slot < kRing; ++slot) {
         if (base + slot >= total_rounds) break;
         run_pass(base + slot, slot, (slot + kAhead) % kRing);  // the incoming slot was stored a pass ago
       }
-    } else {
-      run_pass(base, 0, kAhead);
+    }
+  };
+  auto run_moving = [&] {
+    for (int round = 0; round < total_rounds; ++round) {
+      run_pass(round, 0, kAhead);
 #pragma unroll
       for (int i = 0; i < kAhead; ++i) {
         keys[i] = keys[i + 1];
         shares[i] = shares[i + 1];
       }
     }
+  };
+  if constexpr (kAhead > 1) {
+    run_unrolled();
+  } else if (kUnrollLongCtas && !p.prefetch_rows) {
+    run_unrolled();
+  } else {
+    run_moving();
   }
   if (kPair && thread == 0) bulk_wait_sources_read();  // before the CTA may exit
 }
