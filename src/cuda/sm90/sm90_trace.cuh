@@ -2,7 +2,7 @@
 // (docs/cuda_backend.md, "Phase timeline"). Compiled in only with -DSMLA_SM90_TRACE:
 // chosen threads stamp the SM clock at fixed events into a global table, thread 0 of
 // each CTA stores where it ran when it ends, and a kernel launched after each traced
-// one prints the table (one line a CTA and launch, "sm90trace" / "sm90items").
+// one prints the table (one line a CTA and launch: "sm90trace" with its "sm90waits", or "sm90items").
 // Without the macro every call below is empty. ptxas may schedule a clock read ahead
 // of a bare named barrier or of a load's first use: a stamp can come early.
 #pragma once
@@ -74,7 +74,7 @@ enum WaitSite : int {
   kWaitScorePEmpty = 19,   // the score warpgroup, for the value one to be done with the last P
   kWaitValueFull = 20,     // the value warpgroup, for a tile
   kWaitValuePFull = 21,    // the value warpgroup, for P
-  kWaitProducerIndex = 22, // the producer, for a pass's index value (its first key's)
+  kWaitProducerIndex = 22,  // the producer, for a pass's index value (its first key's)
   kWaitSites = 23,
 };
 // The site of a FULL or EMPTY wait for half `half` of buffer `buffer`.
@@ -97,7 +97,7 @@ struct TraceCta {
 static __device__ TraceCta g_sm90_trace_ctas[kTraceCtas];
 
 // Prints the table of the launch before it on the stream, one line a CTA, and clears
-// the copying kernel's sums for the next launch. A kernel of its own: a printf in the
+// the sums (the copying kernel's stamps, every wait) for the next launch. A kernel of its own: a printf in the
 // traced kernels is a function call, across which ptxas serializes their wgmma (C7510),
 // and their timeline would not be theirs.
 static __global__ void sm90_trace_dump_kernel(int ctas, bool items) {
