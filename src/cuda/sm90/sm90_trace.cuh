@@ -97,13 +97,14 @@ struct TraceCta {
 static __device__ TraceCta g_sm90_trace_ctas[kTraceCtas];
 
 // Prints the table of the launch before it on the stream, one line a CTA, and clears
-// the sums (the copying kernel's stamps, every wait) for the next launch. A kernel of its own: a printf in the
-// traced kernels is a function call, across which ptxas serializes their wgmma (C7510),
-// and their timeline would not be theirs.
+// the sums (the copying kernel's stamps, every wait) for the next launch. A kernel of
+// its own: a printf in the traced kernels is a function call, across which ptxas
+// serializes their wgmma (C7510), and their timeline would not be theirs.
 static __global__ void sm90_trace_dump_kernel(int ctas, bool items) {
   for (int c = 0; c < ctas; ++c) {
     const TraceCta& cta = g_sm90_trace_ctas[c];
     long long* row = g_sm90_trace[c];
+    unsigned long long* waits = g_sm90_waits[c];
     if (!items) {
       printf("sm90trace cta %u %u %u sm %u t0 %lld cycles %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld "
              "%lld %lld %lld %lld\n",
@@ -111,31 +112,28 @@ static __global__ void sm90_trace_dump_kernel(int ctas, bool items) {
              row[3] - row[0], row[4] - row[0], row[5] - row[0], row[6] - row[0], row[7] - row[0], row[8] - row[0],
              row[9] - row[0], row[10] - row[0], row[11] - row[0], row[12] - row[0], row[13] - row[0], row[14] - row[0],
              row[15] - row[0], row[16] - row[0]);
-      const unsigned long long* waits = g_sm90_waits[c];
       printf("sm90waits cta %u %u %u producer_free %llu producer_rows %llu score_full %llu score_p_empty %llu "
              "value_full %llu value_p_full %llu producer_index %llu\n",
              cta.block[0], cta.block[1], cta.block[2], waits[kWaitProducerFree], waits[kWaitProducerRows],
              waits[kWaitScoreFull], waits[kWaitScorePEmpty], waits[kWaitValueFull], waits[kWaitValuePFull],
              waits[kWaitProducerIndex]);
-      for (int site = 0; site < kWaitSites; ++site) g_sm90_waits[c][site] = 0;
-      continue;
+    } else {
+      printf("sm90items cta %u sm %u start %lld query %lld first_tiles %lld pairs %lld output %lld items %lld "
+             "last %lld producer_start %lld indices_in %lld first_fill %lld stats %lld stores %lld first_left %lld "
+             "third_fill %lld wait_empty_0l %llu wait_empty_0r %llu wait_empty_1l %llu wait_empty_1r %llu "
+             "wait_even_full_0l %llu wait_even_full_0r %llu wait_even_full_1l %llu wait_odd_full_0r %llu "
+             "wait_odd_full_1l %llu wait_odd_full_1r %llu wait_even_pair_max %llu wait_even_odd_p %llu "
+             "wait_odd_even_max %llu wait_odd_even_p %llu\n",
+             cta.block[0], cta.sm, row[0], row[kItemQueryIn], row[kItemFirstTiles], row[kItemPairsDone],
+             row[kItemOutputDone], row[kItemCount], row[kItemLastOutput], row[kItemProducerStart], row[kItemIndicesIn],
+             row[kItemFirstFill], row[kItemStatsDone], row[kItemStoresIssued], row[kItemFirstLeftIn],
+             row[kItemThirdFill], waits[kWaitEmpty], waits[kWaitEmpty + 1], waits[kWaitEmpty + 2],
+             waits[kWaitEmpty + 3], waits[kWaitEvenFull], waits[kWaitEvenFull + 1], waits[kWaitEvenFull + 2],
+             waits[kWaitOddFull + 1], waits[kWaitOddFull + 2], waits[kWaitOddFull + 3], waits[kWaitEvenPairMax],
+             waits[kWaitEvenOddP], waits[kWaitOddEvenMax], waits[kWaitOddEvenP]);
+      for (int e = 0; e < kTraceEvents; ++e) row[e] = 0;  // the copying kernel's stamps are sums
     }
-    unsigned long long* waits = g_sm90_waits[c];
-    printf("sm90items cta %u sm %u start %lld query %lld first_tiles %lld pairs %lld output %lld items %lld last %lld "
-           "producer_start %lld indices_in %lld first_fill %lld stats %lld stores %lld first_left %lld third_fill %lld "
-           "wait_empty_0l %llu wait_empty_0r %llu wait_empty_1l %llu wait_empty_1r %llu wait_even_full_0l %llu "
-           "wait_even_full_0r %llu wait_even_full_1l %llu wait_odd_full_0r %llu wait_odd_full_1l %llu "
-           "wait_odd_full_1r %llu wait_even_pair_max %llu wait_even_odd_p %llu wait_odd_even_max %llu "
-           "wait_odd_even_p %llu\n",
-           cta.block[0], cta.sm, row[0], row[kItemQueryIn], row[kItemFirstTiles], row[kItemPairsDone],
-           row[kItemOutputDone], row[kItemCount], row[kItemLastOutput], row[kItemProducerStart], row[kItemIndicesIn],
-           row[kItemFirstFill], row[kItemStatsDone], row[kItemStoresIssued], row[kItemFirstLeftIn],
-           row[kItemThirdFill], waits[kWaitEmpty], waits[kWaitEmpty + 1], waits[kWaitEmpty + 2],
-           waits[kWaitEmpty + 3], waits[kWaitEvenFull], waits[kWaitEvenFull + 1], waits[kWaitEvenFull + 2],
-           waits[kWaitOddFull + 1], waits[kWaitOddFull + 2], waits[kWaitOddFull + 3], waits[kWaitEvenPairMax],
-           waits[kWaitEvenOddP], waits[kWaitOddEvenMax], waits[kWaitOddEvenP]);
-    for (int e = 0; e < kTraceEvents; ++e) row[e] = 0;  // the next launch sums afresh
-    for (int site = 0; site < kWaitSites; ++site) waits[site] = 0;
+    for (int site = 0; site < kWaitSites; ++site) waits[site] = 0;  // the next launch sums afresh
   }
 }
 
@@ -190,16 +188,16 @@ __device__ __forceinline__ void trace_item_when_loaded(ItemStamp stamp, std::uin
   wait_for_load(value);
   trace_item(stamp);
 }
-// Adds to `site` the cycles until `value` (a load's destination) has landed.
-__device__ __forceinline__ void trace_wait_for_load(WaitSite site, std::uint32_t value) {
-  const long long begin = clock64();
-  wait_for_load(value);
-  atomicAdd(&g_sm90_waits[trace_cta()][site], static_cast<unsigned long long>(clock64() - begin));
-}
 // The clock before a timed wait (trace_wait adds what the wait took).
 __device__ __forceinline__ long long trace_clock() { return clock64(); }
 __device__ __forceinline__ void trace_wait(WaitSite site, long long begin) {
   atomicAdd(&g_sm90_waits[trace_cta()][site], static_cast<unsigned long long>(clock64() - begin));
+}
+// Adds to `site` the cycles until `value` (a load's destination) has landed.
+__device__ __forceinline__ void trace_wait_for_load(WaitSite site, std::uint32_t value) {
+  const long long begin = trace_clock();
+  wait_for_load(value);
+  trace_wait(site, begin);
 }
 __device__ __forceinline__ long long trace_global_time() {
   long long t;
