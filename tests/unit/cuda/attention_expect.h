@@ -58,8 +58,8 @@ inline KernelChoice sm90_on_persistent_ctas(int ctas, TuningOptions tuning = {},
 // Every cuda implementation of `op` that runs on this device, named through
 // TuningOptions::implementation (the registry, not a hard-coded list); the sm90
 // kernel also without CTA pairs when a token has two 64-row head blocks, with FP8
-// rows staged (decode) and with copied rows on three CTAs (the staged decode
-// choice, and prefill), so the test grids, a CTA per block by default, also run
+// rows staged (decode), without the L2 row prefetch (decode) and with copied rows
+// on three CTAs (the staged decode choice, and prefill), so the test grids, a CTA per block by default, also run
 // blocks one after another in a CTA.
 inline std::vector<KernelChoice> kernel_choices(Op op, std::int64_t heads) {
   std::vector<KernelChoice> choices;
@@ -81,6 +81,11 @@ inline std::vector<KernelChoice> kernel_choices(Op op, std::int64_t heads) {
       TuningOptions staged = tuning;
       staged.sm90_stage_rows = TuningOptions::Switch::kOn;
       choices.push_back(sm90_on_persistent_ctas(3, staged, "cuda.sm90 with FP8 rows staged"));
+      // The test cases' CTAs are few keys each, which the plan prefetches into L2; without
+      // it the FP8 producer runs its other loop (unrolled for unpaired d_qk 512).
+      TuningOptions no_prefetch = tuning;
+      no_prefetch.sm90_prefetch = TuningOptions::Switch::kOff;
+      choices.push_back({"cuda.sm90 without the L2 row prefetch", no_prefetch});
     } else {
       choices.push_back(sm90_on_persistent_ctas(3));
     }
