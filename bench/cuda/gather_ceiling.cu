@@ -85,9 +85,10 @@ std::vector<GatherCeiling> measure_row_gather_ceiling(std::int64_t pool_rows, in
   std::mt19937_64 rng(20261129);
   std::uniform_int_distribution<std::int64_t> pick(0, pool_rows - 1);
   for (auto& row : order) row = static_cast<std::uint32_t>(pick(rng));
-  cudatest::DeviceBuffer pool(static_cast<std::size_t>(pool_rows) * kRowBytes);
+  const std::size_t pool_bytes = static_cast<std::size_t>(pool_rows) * kRowBytes;
+  cudatest::DeviceBuffer pool(pool_bytes);
   cudatest::DeviceBuffer device_order(order.size() * sizeof(std::uint32_t));
-  check_cuda(cudaMemset(pool.data(), 0x3C, static_cast<std::size_t>(pool_rows) * kRowBytes), "memset");
+  check_cuda(cudaMemset(pool.data(), 0x3C, pool_bytes), "memset");
   check_cuda(cudaMemcpy(device_order.data(), order.data(), order.size() * sizeof(std::uint32_t), cudaMemcpyHostToDevice),
              "copy");
   const GatherRun run{static_cast<const std::uint8_t*>(pool.data()), static_cast<const std::uint32_t*>(device_order.data()),
