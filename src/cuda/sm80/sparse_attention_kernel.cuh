@@ -160,13 +160,15 @@ struct PendingKey {
   bool listed = false;     // the position lies inside the split's range
 };
 
-// `cta` is the token (unpacked) or the token group (packed).
+// `cta` is the token (unpacked) or the token group (packed). kMayPack false: a
+// kernel that never packs (the sm90 kernel) skips the test of p.pack_tokens.
+template <bool kMayPack = true>
 __device__ __forceinline__ PendingKey request_key(const SparseAttentionParams& p, int cta, int position, int end,
                                                   int n_main) {
   PendingKey key;
   if (position >= end) return key;
   key.listed = true;
-  if (p.pack_tokens > 1) {
+  if (kMayPack && p.pack_tokens > 1) {
     const uint2 entry =
         __ldg(reinterpret_cast<const uint2*>(p.pack_keys) + static_cast<std::int64_t>(cta) * p.pack_capacity + position);
     key.word = entry.x;
@@ -181,10 +183,11 @@ __device__ __forceinline__ PendingKey request_key(const SparseAttentionParams& p
 }
 
 // Indices outside [0, num_slots) are never dereferenced; union entries were range-checked by the prepass.
+template <bool kMayPack = true>
 __device__ __forceinline__ KeySlot resolve_key(const SparseAttentionParams& p, const PendingKey& pending) {
   KeySlot key;
   if (!pending.listed) return key;
-  if (p.pack_tokens > 1) {
+  if (kMayPack && p.pack_tokens > 1) {
     key.source = static_cast<int>(pending.word >> 31);
     key.slot = pending.word & 0x7FFFFFFFu;
     key.mask = pending.mask;

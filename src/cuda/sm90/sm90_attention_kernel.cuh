@@ -42,6 +42,23 @@ inline constexpr int kThreads = 384;    // score, value and producer warpgroups
 inline constexpr int kConsumerThreads = 256;  // score and value warpgroups
 inline constexpr int kHalfColumns = kValueDim / 2;
 inline constexpr int kPrefetchTiles = 4;  // how far ahead the value warpgroup asks L2 for rows
+// The plan never packs tokens for this kernel (pack_tokens 1, attention_plan.cc;
+// the launch refuses params that do), so its key requests may skip the packed path's test.
+#ifndef SMLA_SM90_MAY_PACK
+#define SMLA_SM90_MAY_PACK 0
+#endif
+inline constexpr bool kSm90MayPack = SMLA_SM90_MAY_PACK != 0;
+// Invalid keys load kZeroRow (sm90_row_loaders.cuh) rather than zeroing their share.
+#ifndef SMLA_SM90_ZERO_ROW
+#define SMLA_SM90_ZERO_ROW 1
+#endif
+inline constexpr bool kZeroRowLoads = SMLA_SM90_ZERO_ROW != 0;
+// The lean producer (no packed-path test, zero-row loads, the fast V4 scale decoding)
+// runs in unpaired CTAs, whose producer sets the pace at b >= 64: CONFIG1 / CONFIG3
+// b = 128 7-8% faster on an H200. CTA pairs, paced by the score warpgroup, keep the
+// old code: with it their h128 cases ran 3-11% slower (docs/PERF.md, session 26).
+template <bool kPair>
+inline constexpr bool kLeanProducer = !kPair;
 // A thread of a 384-thread CTA starts with 168 registers (65536 / 384, rounded
 // down to a multiple of 8). setmaxnreg only raises above or lowers below that,
 // and a raise waits until the lowered warpgroups have returned enough to the
@@ -348,13 +365,17 @@ __device__ __forceinline__ void run_producer(const SparseAttentionParams& p, std
   constexpr int kAhead = Loader::kPassesAhead;
   constexpr int kRing = kAhead + 1;
   constexpr bool kUnrollLongCtas = Loader::kDim == 512 && !kPair;
+  constexpr bool kLean = kLeanProducer<kPair>;
+  constexpr bool kMayPack = kSm90MayPack || !kLean;
   auto request_round = [&](int round) {
     const int position = begin + round / kRounds * kKeys + first_row + (round % kRounds) * kKeysPerRound + key_in_round;
-    return request_key(p, token, position, end, n_main);  // past `end`: nothing is read
+    return request_key<kMayPack>(p, token, position, end, n_main);  // past `end`: nothing is read
   };
   auto load_share = [&](const KeySlot& key, typename Loader::Share& share) {
-    if (key.valid) {
-      Loader::load(key_source(p, key.source), key.slot, part, share);
+    if (kZeroRowLoads && kLean) {
+      Loader::load(key_source(p, key.source), key.slot, key.valid, part, share);  // invalid: kZeroRow
+    } else if (key.valid) {
+      Loader::load(key_source(p, key.source), key.slot, true, part, share);
     } else {
       share = {};  // an invalid key's row is zero
     }
@@ -365,7 +386,7 @@ __device__ __forceinline__ void run_producer(const SparseAttentionParams& p, std
   // One pass: requests and loads pass round + kAhead into `incoming`, stores pass `round` from `current`.
   auto run_pass = [&](int round, int current, int incoming) {
     if (thread == 0) trace_wait_for_load(kWaitProducerIndex, pending.word);
-    keys[incoming] = resolve_key(p, pending);  // requested a pass ago
+    keys[incoming] = resolve_key<kMayPack>(p, pending);  // requested a pass ago
     pending = request_round(round + kAhead + 1);
     load_share(keys[incoming], shares[incoming]);
     const int tile = round / kRounds;
@@ -375,7 +396,8 @@ __device__ __forceinline__ void run_producer(const SparseAttentionParams& p, std
     const float fp8_scale = key_source(p, keys[current].source).fp8_scale;
     if (thread == 0 && round == 0) trace_when_loaded(kTraceRows0In, shares[current].units[0].x);
     if (thread == 0) trace_wait_for_load(kWaitProducerRows, shares[current].units[0].x);
-    Loader::store(smem + Layout::kK + buffer * Layout::kTileBytes, key, part, shares[current], fp8_scale);
+    Loader::template store<kFastScaleDecode && kLean>(smem + Layout::kK + buffer * Layout::kTileBytes, key, part,
+                                                      shares[current], fp8_scale);
     if (part == 0) valid_s[buffer * kKeys + key] = keys[current].valid ? 1 : 0;
     if (round % kRounds == kRounds - 1) {
       publish_tile<Loader::kDim, kPair>(smem, tile, buffer, rank, thread);
@@ -384,7 +406,7 @@ __device__ __forceinline__ void run_producer(const SparseAttentionParams& p, std
     }
   };
 #pragma unroll
-  for (int i = 0; i < kAhead; ++i) keys[i] = resolve_key(p, request_round(i));
+  for (int i = 0; i < kAhead; ++i) keys[i] = resolve_key<kMayPack>(p, request_round(i));
   if (thread == 0) trace(kTraceFirstKeys);
 #pragma unroll
   for (int i = 0; i < kAhead; ++i) load_share(keys[i], shares[i]);
@@ -688,10 +710,11 @@ __device__ __forceinline__ void run_value_warpgroup(const SparseAttentionParams&
   // A CTA of a pair fetches only the rows it expands (threads 0..63).
   const int first_row = kPair ? static_cast<int>(rank) * kPairKeys : 0;
   auto request_prefetch = [&](int tile) {
-    return request_key(p, token, begin + tile * kKeys + first_row + thread / 2, end, n_main);  // past `end`: nothing is read
+    return request_key<kSm90MayPack || !kLeanProducer<kPair>>(p, token, begin + tile * kKeys + first_row + thread / 2, end,
+                                                                n_main);  // past `end`: nothing is read
   };
   auto prefetch = [&](const PendingKey& pending) {
-    const KeySlot key = resolve_key(p, pending);
+    const KeySlot key = resolve_key<kSm90MayPack || !kLeanProducer<kPair>>(p, pending);
     if (key.valid) Loader::prefetch_l2(key_source(p, key.source), key.slot, thread % 2);
   };
   // Only where the plan asks (p.prefetch_rows: rows that L2 already holds gain nothing).

@@ -23,6 +23,19 @@ namespace smla::cuda::sm90 {
 
 struct NoScales {};
 
+// What an invalid key's loads read (Sm90RowLoader::load): zero bytes, as long as the
+// longest row (V3.2's 656 bytes) and aligned for 16-byte loads, and scale bytes 0x7F
+// (V4: 2^0, which keeps the fast scale decoding; V3.2: a finite f32): zero rows either way.
+static __device__ __align__(16) const std::uint8_t kZeroRow[1024] = {};
+static __device__ __align__(16) const std::uint8_t kZeroRowScales[16] = {
+    0x7F, 0x7F, 0x7F, 0x7F, 0x7F, 0x7F, 0x7F, 0x7F, 0x7F, 0x7F, 0x7F, 0x7F, 0x7F, 0x7F, 0x7F, 0x7F};
+
+// A/B switch of the V4 scales' fast decoding (V4Units::decode_scales; docs/PERF.md, session 26).
+#ifndef SMLA_SM90_FAST_SCALES
+#define SMLA_SM90_FAST_SCALES 1
+#endif
+inline constexpr bool kFastScaleDecode = SMLA_SM90_FAST_SCALES != 0;
+
 // The page and entry of a slot, like page_base() but with a shift for
 // power-of-two page sizes (the usual ones): a 32-bit division costs the
 // producer more than the rest of a key's address arithmetic.
@@ -87,6 +100,37 @@ struct V4Units : NopeRopeUnits<V4Fp8Format> {
     const int tile = unit * 16 / Format::kTile;
     const std::uint32_t word = tile < 4 ? scales.x : scales.y;
     return ue8m0_to_bf16x2((word >> (8 * (tile % 4))) & 0xFFu);
+  }
+
+  // The same scales decoded all at once (a key's four threads each use all seven):
+  // a byte b in 1..254 is the bf16 whose exponent field is b, one byte permute and one
+  // shift for both copies; a key holding 0 (2^-127, a bf16 subnormal) or 0xFF (NaN)
+  // anywhere takes ue8m0_to_bf16x2 for all seven, so the result is unit_scale's.
+  static constexpr bool kDecodesScales = true;
+  struct DecodedScales {
+    __nv_bfloat162 tile[Format::kNumTiles];
+  };
+  __device__ static DecodedScales decode_scales(const Scales& scales) {
+    static_assert(Format::kNumTiles == 7 && Format::kScaleBytes == 8);
+    DecodedScales decoded;
+#pragma unroll
+    for (int tile = 0; tile < Format::kNumTiles; ++tile) {
+      const std::uint32_t word = tile < 4 ? scales.x : scales.y;
+      // byte tile % 4 into bytes 0 and 2, zeros (selector 4: byte 0 of the zero operand) into 1 and 3
+      const std::uint32_t pair = __byte_perm(word, 0u, 0x4040u + 0x0101u * (tile % 4)) << 7;
+      decoded.tile[tile] = *reinterpret_cast<const __nv_bfloat162*>(&pair);
+    }
+    const std::uint32_t last_three = (scales.y & 0x00FFFFFFu) | 0x01000000u;  // the pad byte as 1: neither 0 nor 0xFF
+    if (has_zero_or_full_byte(scales.x) || has_zero_or_full_byte(last_three)) {
+#pragma unroll
+      for (int tile = 0; tile < Format::kNumTiles; ++tile) decoded.tile[tile] = unit_scale(scales, 4 * tile, 0.0f);
+    }
+    return decoded;
+  }
+  // Whether any byte of `word` is 0x00 or 0xFF (the zero-byte test on it and on its complement).
+  __device__ static bool has_zero_or_full_byte(std::uint32_t word) {
+    const auto has_zero = [](std::uint32_t v) { return ((v - 0x01010101u) & ~v & 0x80808080u) != 0; };
+    return has_zero(word) || has_zero(~word);
   }
 };
 
@@ -171,8 +215,13 @@ struct Sm90RowLoader {
   // from unit part: one base address a key, immediates for the rest.
   static_assert(Units::kFp8Units % kParts == 0 && kUnits % kParts == 0);
 
-  __device__ static void load(const KvSourceParams& src, std::uint32_t slot, int part, Share& share) {
-    const RowLocation at = Units::locate(src, slot);
+  // An invalid key (`valid` false) reads kZeroRow instead of a row of the cache:
+  // zero units, so every key takes the same loads and no share needs zeroing (an
+  // invalid index is never dereferenced).
+  __device__ static void load(const KvSourceParams& src, std::uint32_t slot, bool valid, int part, Share& share) {
+    static_assert(Units::kRowBytes <= sizeof(kZeroRow) && sizeof(typename Units::Scales) <= sizeof(kZeroRowScales));
+    RowLocation at = Units::locate(src, slot);
+    if (!valid) at = {kZeroRow, kZeroRowScales};
     const std::uint8_t* base = at.row + 16 * part;
 #pragma unroll
     for (int j = 0; j < kUnitsPerPart; ++j) {
@@ -222,14 +271,31 @@ struct Sm90RowLoader {
   // Writes the share into row `key` of a K tile (kDim / 64 swizzled 64-row regions of 8 KB).
   // Units j < kFp8UnitsPerPart are FP8 for every part: a compile-time split (testing
   // unit < kFp8Units instead left a runtime branch per unit; V3.2 prefill +4%).
+  // kDecodedScales: a format's scales decoded once for the whole share (V4Units::decode_scales),
+  // else each unit's on its own (unit_scale).
+  template <bool kDecodedScales>
   __device__ static void store(std::uint8_t* tile, int key, int part, const Share& share, float fp8_scale) {
+    constexpr bool kDecoded = kDecodedScales && requires { Units::kDecodesScales; };
+    [[maybe_unused]] const auto decoded = [&] {
+      if constexpr (kDecoded) {
+        return Units::decode_scales(share.scales);
+      } else {
+        return 0;
+      }
+    }();
 #pragma unroll
     for (int j = 0; j < kUnitsPerPart; ++j) {
       const int unit = part + kParts * j;
       if (j < kFp8UnitsPerPart) {
         const int dim = 16 * unit;
         uint4 low, high;
-        expand_unit_by(share.units[j], Units::unit_scale(share.scales, unit, fp8_scale), &low, &high);
+        if constexpr (kDecoded) {
+          // unit part + kParts j lies in tile j: a compile-time index, so the decoded scales stay in registers
+          static_assert(Units::Format::kTile == 16 * kParts);
+          expand_unit_by(share.units[j], decoded.tile[j], &low, &high);
+        } else {
+          expand_unit_by(share.units[j], Units::unit_scale(share.scales, unit, fp8_scale), &low, &high);
+        }
         *reinterpret_cast<uint4*>(tile + element_offset(key, dim)) = low;
         *reinterpret_cast<uint4*>(tile + element_offset(key, dim + 8)) = high;
       } else {

@@ -3,18 +3,22 @@
 // UE8M0 scales. Every (code, scale byte) pair, and every code against a list of
 // f32 scales on the f32 route, is checked on the device; the expected values
 // come from the host codec's decode (smla::e4m3_to_f32 times the scale in f32,
-// rounded to bf16), not from either device route.
+// rounded to bf16), not from either device route. The Hopper producer's decoding of a
+// V4 key's seven scales at once (sm90 V4Units::decode_scales) is checked the same way.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <random>
 #include <vector>
 
 #include "smla/numeric.h"
 #include "src/cuda/common/kv_loaders.cuh"
+#include "src/cuda/sm90/sm90_row_loaders.cuh"
 #include "testkit/cuda/device_copy.h"
 
 namespace smla::cuda {
@@ -125,6 +129,72 @@ TEST(CudaDequant, F32ScaledExpansionMatchesHostBitForBit) {
       if (!same && ++mismatches <= 10) {
         ADD_FAILURE() << "code 0x" << std::hex << code << " scale " << std::hexfloat << scales[s] << ": got 0x" << got
                       << ", want 0x" << want;
+      }
+    }
+  }
+  EXPECT_EQ(mismatches, 0);
+}
+
+// out[7 * k + t]: the bf16x2 bits V4Units::decode_scales gives tile t of key k's scale footer.
+__global__ void decode_every_footer(const uint2* footers, int count, std::uint32_t* out) {
+  const int k = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (k >= count) return;
+  const auto decoded = sm90::V4Units::decode_scales(footers[k]);
+  for (int t = 0; t < V4Fp8Format::kNumTiles; ++t) {
+    out[V4Fp8Format::kNumTiles * k + t] = *reinterpret_cast<const std::uint32_t*>(&decoded.tile[t]);
+  }
+}
+
+// Every scale byte at every tile position, the other tiles random (now and then 0 or
+// 0xFF, which sends a whole footer down the exact path), the pad byte anything.
+TEST(CudaDequant, V4FooterDecodedAtOnceMatchesHost) {
+  if (!cudatest::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> any_byte(0, 255);
+  std::vector<std::array<std::uint8_t, 8>> footers;
+  for (int tile = 0; tile < V4Fp8Format::kNumTiles; ++tile) {
+    for (int byte = 0; byte < 256; ++byte) {
+      for (int copy = 0; copy < 4; ++copy) {
+        std::array<std::uint8_t, 8> footer{};
+        for (int t = 0; t < 8; ++t) {
+          const int other = any_byte(rng);
+          // mostly usual scales (1..254), which keep the fast path unless `byte` is 0 or 0xFF
+          footer[t] = static_cast<std::uint8_t>(copy == 3 ? other : 1 + other % 254);
+        }
+        footer[7] = static_cast<std::uint8_t>(copy == 0 ? 0 : copy == 1 ? 0xFF : any_byte(rng));  // the pad byte
+        footer[tile] = static_cast<std::uint8_t>(byte);
+        footers.push_back(footer);
+      }
+    }
+  }
+  const int count = static_cast<int>(footers.size());
+  std::vector<uint2> words(footers.size());
+  std::memcpy(words.data(), footers.data(), footers.size() * sizeof(uint2));
+  cudatest::DeviceBuffer footers_d(words.size() * sizeof(uint2));
+  cudatest::DeviceBuffer out(words.size() * V4Fp8Format::kNumTiles * sizeof(std::uint32_t));
+  cudatest::check_cuda(cudaMemcpy(footers_d.data(), words.data(), words.size() * sizeof(uint2), cudaMemcpyHostToDevice),
+                       "copy footers");
+  cudatest::check_cuda(cudaMemset(out.data(), 0xA5, words.size() * V4Fp8Format::kNumTiles * sizeof(std::uint32_t)),
+                       "poison");
+  decode_every_footer<<<(count + 127) / 128, 128>>>(static_cast<const uint2*>(footers_d.data()), count,
+                                                  static_cast<std::uint32_t*>(out.data()));
+  cudatest::check_cuda(cudaGetLastError(), "launch");
+  std::vector<std::uint32_t> got(words.size() * V4Fp8Format::kNumTiles);
+  cudatest::check_cuda(cudaMemcpy(got.data(), out.data(), got.size() * sizeof(std::uint32_t), cudaMemcpyDeviceToHost),
+                       "copy back");
+  int mismatches = 0;
+  for (int k = 0; k < count; ++k) {
+    for (int t = 0; t < V4Fp8Format::kNumTiles; ++t) {
+      const float scale = ue8m0_to_f32(footers[k][t]);  // the host codec: 2^(b - 127), NaN for 0xFF
+      const std::uint32_t half = std::isnan(scale) ? 0x7FC0u : f32_to_bf16(scale);
+      const std::uint32_t word = got[V4Fp8Format::kNumTiles * k + t];
+      const bool same = std::isnan(scale) ? is_bf16_nan(word & 0xFFFFu) && is_bf16_nan(word >> 16)
+                                          : word == (half | half << 16);
+      if (!same && ++mismatches <= 10) {
+        ADD_FAILURE() << "footer " << k << " tile " << t << " byte 0x" << std::hex << int{footers[k][t]} << ": got 0x"
+                      << word << ", want 0x" << (half | half << 16);
       }
     }
   }
