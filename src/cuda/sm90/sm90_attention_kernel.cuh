@@ -55,8 +55,8 @@ inline constexpr bool kSm90MayPack = SMLA_SM90_MAY_PACK != 0;
 inline constexpr bool kZeroRowLoads = SMLA_SM90_ZERO_ROW != 0;
 // The lean producer (no packed-path test, zero-row loads, the fast V4 scale decoding)
 // runs in unpaired CTAs, whose producer sets the pace at b >= 64: CONFIG1 / CONFIG3
-// b = 128 7-8% faster on an H200. CTA pairs, paced by the score warpgroup, keep the
-// old code: with it their h128 cases ran 3-11% slower (docs/PERF.md, session 26).
+// b = 128 4-8% faster on an H200. CTA pairs, paced by the score warpgroup, keep the
+// old code: with it their h128 cases ran 2-11% slower (docs/PERF.md, session 26).
 template <bool kPair>
 inline constexpr bool kLeanProducer = !kPair;
 // A thread of a 384-thread CTA starts with 168 registers (65536 / 384, rounded
