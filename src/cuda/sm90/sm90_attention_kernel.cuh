@@ -59,6 +59,9 @@ inline constexpr bool kZeroRowLoads = SMLA_SM90_ZERO_ROW != 0;
 // old code: with it their h128 cases ran 2-11% slower (docs/PERF.md, session 26).
 template <bool kPair>
 inline constexpr bool kLeanProducer = !kPair;
+// Whether a CTA's key requests keep the packed path's test (request_key / resolve_key).
+template <bool kPair>
+inline constexpr bool kMayPackKeys = kSm90MayPack || !kLeanProducer<kPair>;
 // A thread of a 384-thread CTA starts with 168 registers (65536 / 384, rounded
 // down to a multiple of 8). setmaxnreg only raises above or lowers below that,
 // and a raise waits until the lowered warpgroups have returned enough to the
@@ -366,7 +369,7 @@ __device__ __forceinline__ void run_producer(const SparseAttentionParams& p, std
   constexpr int kRing = kAhead + 1;
   constexpr bool kUnrollLongCtas = Loader::kDim == 512 && !kPair;
   constexpr bool kLean = kLeanProducer<kPair>;
-  constexpr bool kMayPack = kSm90MayPack || !kLean;
+  constexpr bool kMayPack = kMayPackKeys<kPair>;
   auto request_round = [&](int round) {
     const int position = begin + round / kRounds * kKeys + first_row + (round % kRounds) * kKeysPerRound + key_in_round;
     return request_key<kMayPack>(p, token, position, end, n_main);  // past `end`: nothing is read
@@ -710,11 +713,11 @@ __device__ __forceinline__ void run_value_warpgroup(const SparseAttentionParams&
   // A CTA of a pair fetches only the rows it expands (threads 0..63).
   const int first_row = kPair ? static_cast<int>(rank) * kPairKeys : 0;
   auto request_prefetch = [&](int tile) {
-    return request_key<kSm90MayPack || !kLeanProducer<kPair>>(p, token, begin + tile * kKeys + first_row + thread / 2, end,
-                                                                n_main);  // past `end`: nothing is read
+    return request_key<kMayPackKeys<kPair>>(p, token, begin + tile * kKeys + first_row + thread / 2, end,
+                                             n_main);  // past `end`: nothing is read
   };
   auto prefetch = [&](const PendingKey& pending) {
-    const KeySlot key = resolve_key<kSm90MayPack || !kLeanProducer<kPair>>(p, pending);
+    const KeySlot key = resolve_key<kMayPackKeys<kPair>>(p, pending);
     if (key.valid) Loader::prefetch_l2(key_source(p, key.source), key.slot, thread % 2);
   };
   // Only where the plan asks (p.prefetch_rows: rows that L2 already holds gain nothing).
