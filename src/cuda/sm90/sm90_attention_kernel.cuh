@@ -42,12 +42,6 @@ inline constexpr int kThreads = 384;    // score, value and producer warpgroups
 inline constexpr int kConsumerThreads = 256;  // score and value warpgroups
 inline constexpr int kHalfColumns = kValueDim / 2;
 inline constexpr int kPrefetchTiles = 4;  // how far ahead the value warpgroup asks L2 for rows
-// The plan never packs tokens for this kernel (pack_tokens 1, attention_plan.cc;
-// the launch refuses params that do), so its key requests may skip the packed path's test.
-#ifndef SMLA_SM90_MAY_PACK
-#define SMLA_SM90_MAY_PACK 0
-#endif
-inline constexpr bool kSm90MayPack = SMLA_SM90_MAY_PACK != 0;
 // Invalid keys load kZeroRow (sm90_row_loaders.cuh) rather than zeroing their share.
 #ifndef SMLA_SM90_ZERO_ROW
 #define SMLA_SM90_ZERO_ROW 1
@@ -60,8 +54,10 @@ inline constexpr bool kZeroRowLoads = SMLA_SM90_ZERO_ROW != 0;
 template <bool kPair>
 inline constexpr bool kLeanProducer = !kPair;
 // Whether a CTA's key requests keep the packed path's test (request_key / resolve_key).
+// The plan never packs tokens for this kernel (pack_tokens 1, attention_plan.cc; the
+// launch refuses params that do), so the lean producer skips it.
 template <bool kPair>
-inline constexpr bool kMayPackKeys = kSm90MayPack || !kLeanProducer<kPair>;
+inline constexpr bool kMayPackKeys = !kLeanProducer<kPair>;
 // A thread of a 384-thread CTA starts with 168 registers (65536 / 384, rounded
 // down to a multiple of 8). setmaxnreg only raises above or lowers below that,
 // and a raise waits until the lowered warpgroups have returned enough to the

@@ -17,7 +17,7 @@ template <class Loader>
 cudaError_t launch_sm90_attention(const SparseAttentionParams& caller_params, dim3 grid, int smem_bytes,
                                   const LaunchFlags& flags, cudaStream_t stream) {
   // The plan packs tokens only for the portable kernel; this one's key requests assume it does not.
-  if (!kSm90MayPack && caller_params.pack_tokens > 1) return cudaErrorInvalidValue;
+  if (caller_params.pack_tokens > 1) return cudaErrorInvalidValue;
   SparseAttentionParams params = caller_params;
   encode_query_tensor_map(&params, Loader::kDim);
   const std::int64_t blocks = static_cast<std::int64_t>(grid.x) * grid.y * grid.z;
