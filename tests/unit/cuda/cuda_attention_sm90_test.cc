@@ -81,6 +81,29 @@ TEST(CudaSm90Attention, TileEdgeLengths) {
   }
 }
 
+// Unpaired FP8 CTAs at d_qk 512 take their keys from the value warpgroup's ring of
+// kKeyRingTiles (4) tiles: enough tokens that the plan does not split them, each with
+// its own length, so CTAs run 0 to 9 tiles, around and past the ring's wrap; invalid
+// indices, odd pages, both sources, V4 (decoded scales) and plain FP8 rows (a scale per source).
+TEST(CudaSm90Attention, KeyRingTileCounts) {
+  SKIP_WITHOUT_DEVICE();
+  for (KvFormat format : {KvFormat::kV4Fp8, KvFormat::kFp8Rows}) {
+    for (std::int64_t heads : {16, 64}) {
+      testkit::DecodeCaseOptions o = long_v4_case();
+      o.format = format;
+      o.num_heads = heads;
+      o.num_requests = heads == 16 ? 100 : 12;  // 200 tokens: one CTA each; 24: split over keys
+      o.extra_topk = 448;  // with the 128 window keys: up to 9 tiles
+      o.main_page_size = 37;
+      o.extra_page_size = 3;
+      o.random_lengths = true;
+      o.invalid_index_fraction = 0.2;
+      o.seed = static_cast<std::uint64_t>(heads) + (format == KvFormat::kV4Fp8 ? 0 : 1000);
+      expect_decode_matches(o, std::string(kv_format_name(format)) + " heads " + std::to_string(heads));
+    }
+  }
+}
+
 // One token: its keys are split over many CTAs and merged by the combine.
 TEST(CudaSm90Attention, SplitOverKeys) {
   SKIP_WITHOUT_DEVICE();
