@@ -455,12 +455,12 @@ struct KeyResolver {
     PendingKey first[kKeyRingTiles];
 #pragma unroll
     for (int t = 0; t < kKeyRingTiles; ++t) first[t] = request(t);
-    next = request(kKeyRingTiles);
     if (role == 0) {
 #pragma unroll
       for (int t = 0; t < kKeyRingTiles; ++t) {
         if (t < num_tiles) publish_row(t, resolve_key<false>(p, first[t]));
       }
+      next = request(kKeyRingTiles);
     } else if constexpr (kScales) {
       typename Units::Scales scales[kKeyRingTiles];
 #pragma unroll
@@ -469,6 +469,7 @@ struct KeyResolver {
       for (int t = 0; t < kKeyRingTiles; ++t) {
         if (t < num_tiles) publish_scales(t, scales[t]);
       }
+      next = request(kKeyRingTiles);
     }
   }
   // At the value warpgroup's tile `tile` (its P in): tile + kKeyRingTiles's keys.
@@ -482,12 +483,14 @@ struct KeyResolver {
     const int x = tile + kKeyRingTiles;
     if (x >= num_tiles) return;
     const KeySlot k = resolve_key<false>(p, next);
+    // The arrival (a release) before the next request: it may wait for this thread's loads in flight.
+    if (role == 0) publish_row(x, k);
     next = request(x + 1);
-    if (role == 0) {
-      publish_row(x, k);
-    } else if constexpr (kScales) {
-      footer = load_footer(k);
-      footer_tile = x;
+    if constexpr (kScales) {
+      if (role == 1) {
+        footer = load_footer(k);
+        footer_tile = x;
+      }
     }
   }
 };
