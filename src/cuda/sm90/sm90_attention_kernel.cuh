@@ -912,8 +912,10 @@ __device__ __forceinline__ void run_value_warpgroup(const SparseAttentionParams&
   };
   // Only where the plan asks (p.prefetch_rows: rows that L2 already holds gain nothing).
   constexpr bool kResolvesKeys = kValueResolvesKeys<Loader, kPair>;
-  KeyResolver<Loader> resolver{p,     KeyRing<Loader::kDim>{smem}, token, begin, end, n_main, num_tiles, thread / 2,
-                               thread % 2, p.prefetch_rows};
+  // Roles by warp (warps 0-1 rows, 2-3 scales): lanes of one warp taking both serialized
+  // the rows behind the scales' two dependent loads at the CTA's start (+5 us at b = 128).
+  KeyResolver<Loader> resolver{p, KeyRing<Loader::kDim>{smem}, token, begin, end, n_main, num_tiles, thread % kKeys,
+                               thread / kKeys, p.prefetch_rows};
   if constexpr (kResolvesKeys) resolver.start();  // the producer's first loads wait for it; Q does not
   stage_query<Loader::kDim>(p, token, head0, smem, 128 + thread);
   const bool prefetching = !kResolvesKeys && p.prefetch_rows && (!kPair || thread < 2 * kPairKeys);
