@@ -24,7 +24,6 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -59,14 +58,6 @@ inline constexpr bool kLeanProducer = !kPair;
 // launch refuses params that do), so the lean producer skips it.
 template <bool kPair>
 inline constexpr bool kMayPackKeys = !kLeanProducer<kPair>;
-// Whether the value warpgroup resolves the CTA's keys into the key ring (KeyRingSlot, below):
-// the lean producer's CTAs at d_qk 512 (at d_qk 576 shared memory has no room for the ring).
-#ifndef SMLA_SM90_KEY_RING
-#define SMLA_SM90_KEY_RING 1
-#endif
-template <class Loader, bool kPair>
-inline constexpr bool kValueResolvesKeys =
-    SMLA_SM90_KEY_RING != 0 && kLeanProducer<kPair> && Loader::kDim == 512 && !Loader::kCopiesRows;
 // A thread of a 384-thread CTA starts with 168 registers (65536 / 384, rounded
 // down to a multiple of 8). setmaxnreg only raises above or lowers below that,
 // and a raise waits until the lowered warpgroups have returned enough to the
@@ -122,18 +113,6 @@ enum NamedBarrier : int {
 // bulk-copies them into the peer's buffer, so each producer does half the work.
 inline constexpr int kPairKeys = kKeys / 2;
 
-// Unpaired FP8 CTAs at d_qk 512 (kValueResolvesKeys) take each tile's keys from a ring
-// that the value warpgroup fills kKeyRingTiles tiles ahead: the producer then spends
-// no instructions on index values, page lookups or scale decoding (about 100 of its
-// ~510 a pass, Nsight Compute, docs/PERF.md), and the value warpgroup mostly waits.
-inline constexpr int kKeyRingTiles = 4;
-struct KeyRingSlot {
-  const std::uint8_t* row[kKeys];  // kZeroRow for a key not attended
-  uint4 scales[kKeys][2];          // V4: the 7 decoded scales (bf16x2); else word 0: the source's fp8_scale
-  int valid[kKeys];                // what the score warpgroup masks with
-};
-static_assert(sizeof(KeyRingSlot) % 16 == 0);
-
 template <int kDim>
 struct Sm90Layout {
   static constexpr int kChunkBytes = 64 * kSwizzleRowBytes;  // 64 rows x 64 values
@@ -164,12 +143,7 @@ struct Sm90Layout {
   static constexpr int kEvenP = kDim > kValueDim
                                     ? kK + kValueDim / 64 * kChunkBytes
                                     : (kBarriersEnd + kSwizzleAtomBytes - 1) / kSwizzleAtomBytes * kSwizzleAtomBytes;
-  // The key ring (d 512 only): per slot a "rows ready" and a "scales ready" mbarrier, then
-  // the slots. It overlays the even tiles' P chunk, which only the alternating kernel uses.
-  static constexpr int kKeyRing = kEvenP;
-  static constexpr int kKeyRingSlots = kKeyRing + 2 * kKeyRingTiles * 8;
-  static constexpr int kKeyRingEnd = kKeyRingSlots + kKeyRingTiles * static_cast<int>(sizeof(KeyRingSlot));
-  static constexpr int kBytes = kDim > kValueDim ? kBarriersEnd : std::max(kEvenP + kChunkBytes, kKeyRingEnd);
+  static constexpr int kBytes = kDim > kValueDim ? kBarriersEnd : kEvenP + kChunkBytes;
   static constexpr int kPairChunkBytes = kPairKeys * kSwizzleRowBytes;  // half of a 64-row region
   static constexpr int kPairBytes = kDim / 64 * kPairChunkBytes + kPairKeys * 4;  // K rows and valid flags
   static constexpr int kDynamicBytes = kBytes + kSwizzleAtomBytes;  // slack to align the base to 1024 B
@@ -364,137 +338,6 @@ __device__ __forceinline__ void publish_tile(std::uint8_t* smem, int tile, int b
   named_barrier_arrive(kFull0 + buffer, kThreads);
 }
 
-// The key ring in shared memory (kValueResolvesKeys): slot tile % kKeyRingTiles, and its
-// two mbarriers of kKeyRingArrivals arrivals (one a key), whose phase tile / kKeyRingTiles
-// completes once the value warpgroup has written the tile's rows, or its scales.
-inline constexpr int kKeyRingArrivals = kKeys;
-template <int kDim>
-struct KeyRing {
-  std::uint8_t* smem;
-  __device__ KeyRingSlot* slot(int tile) const {
-    return reinterpret_cast<KeyRingSlot*>(smem + Sm90Layout<kDim>::kKeyRingSlots) + tile % kKeyRingTiles;
-  }
-  __device__ std::uint32_t rows_ready(int tile) const {
-    return smem_address(smem + Sm90Layout<kDim>::kKeyRing + 8 * (tile % kKeyRingTiles));
-  }
-  __device__ std::uint32_t scales_ready(int tile) const {
-    return smem_address(smem + Sm90Layout<kDim>::kKeyRing + 8 * (kKeyRingTiles + tile % kKeyRingTiles));
-  }
-  __device__ static std::uint32_t parity(int tile) { return (tile / kKeyRingTiles) & 1; }
-  // By thread 0 before the CTA's first barrier.
-  __device__ void init() const {
-    for (int i = 0; i < 2 * kKeyRingTiles; ++i) {
-      mbarrier_init(smem_address(smem + Sm90Layout<kDim>::kKeyRing + 8 * i), kKeyRingArrivals);
-    }
-  }
-};
-
-// A V4 key's decoded scales as the ring holds them: two 16-byte words, the 8th value unused.
-template <class Decoded>
-__device__ __forceinline__ void store_ring_scales(uint4 (&to)[2], const Decoded& decoded) {
-  static_assert(sizeof(decoded.tile) == 7 * 4);
-  const auto bits = [&](int t) { return *reinterpret_cast<const std::uint32_t*>(&decoded.tile[t]); };
-  to[0] = make_uint4(bits(0), bits(1), bits(2), bits(3));
-  to[1] = make_uint4(bits(4), bits(5), bits(6), 0u);
-}
-template <class Decoded>
-__device__ __forceinline__ Decoded load_ring_scales(const uint4 (&from)[2]) {
-  const uint4 a = from[0];
-  const uint4 b = from[1];
-  const std::uint32_t words[7] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z};
-  Decoded decoded;
-#pragma unroll
-  for (int t = 0; t < 7; ++t) decoded.tile[t] = *reinterpret_cast<const __nv_bfloat162*>(&words[t]);
-  return decoded;
-}
-
-// The value warpgroup's side of the key ring, two threads a key of a tile: `role` 0
-// writes the key's row (kZeroRow if not attended), its validity and (formats without
-// decoded scales) its source's fp8_scale, and asks L2 for the row where the plan
-// prefetches; role 1 loads the V4 scale footer, whose decoding waits until the next
-// tile. Tile x's rows are written at the value warpgroup's tile x - kKeyRingTiles,
-// after that tile's P is in (so the score warpgroup has masked with the slot's flags)
-// and after its FULL (so the producer has read the slot's rows); its scales a tile
-// later, once the producer has stored the slot's previous tile.
-template <class Loader>
-struct KeyResolver {
-  using Units = typename Loader::Units;
-  static constexpr bool kScales = Loader::kDecodes;
-  const SparseAttentionParams& p;
-  KeyRing<Loader::kDim> ring;
-  int token, begin, end, n_main, num_tiles;
-  int key;   // of the tile
-  int role;  // 0: row, 1: scales
-  bool prefetching;
-  PendingKey next;  // the index value of the next tile to resolve, requested a tile ahead
-  typename Units::Scales footer{};  // role 1: loaded for footer_tile, decoded a tile later
-  int footer_tile = -1;
-
-  __device__ PendingKey request(int tile) const {
-    return request_key<false>(p, token, begin + tile * kKeys + key, end, n_main);  // past `end`: nothing is read
-  }
-  __device__ void publish_row(int tile, const KeySlot& k) const {
-    KeyRingSlot* slot = ring.slot(tile);
-    const KvSourceParams& src = key_source(p, k.source);
-    const RowLocation at = Loader::locate_or_zero(src, k.slot, k.valid);
-    slot->row[key] = at.row;
-    slot->valid[key] = k.valid ? 1 : 0;
-    if constexpr (!kScales) slot->scales[key][0].x = __float_as_uint(src.fp8_scale);
-    if (prefetching && k.valid && tile > 0) Loader::prefetch_row_l2(at.row);  // tile 0's loads are issued at once
-    mbarrier_arrive(ring.rows_ready(tile));
-  }
-  __device__ typename Units::Scales load_footer(const KeySlot& k) const {
-    return Units::load_scales(Loader::locate_or_zero(key_source(p, k.source), k.slot, k.valid));
-  }
-  __device__ void publish_scales(int tile, const typename Units::Scales& scales) const {
-    store_ring_scales(ring.slot(tile)->scales[key], Units::decode_scales(scales));
-    mbarrier_arrive(ring.scales_ready(tile));
-  }
-  // The first kKeyRingTiles tiles, their index values (and footers) all in flight at once.
-  __device__ void start() {
-    PendingKey first[kKeyRingTiles];
-#pragma unroll
-    for (int t = 0; t < kKeyRingTiles; ++t) first[t] = request(t);
-    if (role == 0) {
-#pragma unroll
-      for (int t = 0; t < kKeyRingTiles; ++t) {
-        if (t < num_tiles) publish_row(t, resolve_key<false>(p, first[t]));
-      }
-      next = request(kKeyRingTiles);
-    } else if constexpr (kScales) {
-      typename Units::Scales scales[kKeyRingTiles];
-#pragma unroll
-      for (int t = 0; t < kKeyRingTiles; ++t) scales[t] = load_footer(resolve_key<false>(p, first[t]));
-#pragma unroll
-      for (int t = 0; t < kKeyRingTiles; ++t) {
-        if (t < num_tiles) publish_scales(t, scales[t]);
-      }
-      next = request(kKeyRingTiles);
-    }
-  }
-  // At the value warpgroup's tile `tile` (its P in): tile + kKeyRingTiles's keys.
-  __device__ void advance(int tile) {
-    if constexpr (kScales) {
-      if (role == 1 && footer_tile >= 0) {
-        publish_scales(footer_tile, footer);
-        footer_tile = -1;
-      }
-    }
-    const int x = tile + kKeyRingTiles;
-    if (x >= num_tiles) return;
-    const KeySlot k = resolve_key<false>(p, next);
-    // The arrival (a release) before the next request: it may wait for this thread's loads in flight.
-    if (role == 0) publish_row(x, k);
-    next = request(x + 1);
-    if constexpr (kScales) {
-      if (role == 1) {
-        footer = load_footer(k);
-        footer_tile = x;
-      }
-    }
-  }
-};
-
 template <class Loader, bool kPair>
 __device__ __forceinline__ void run_producer(const SparseAttentionParams& p, std::uint8_t* smem, int token, int begin,
                                              int end, int n_main, int num_tiles, int thread, std::uint32_t rank) {
@@ -523,16 +366,6 @@ __device__ __forceinline__ void run_producer(const SparseAttentionParams& p, std
   constexpr bool kUnrollLongCtas = Loader::kDim == 512 && !kPair;
   constexpr bool kLean = kLeanProducer<kPair>;
   constexpr bool kMayPack = kMayPackKeys<kPair>;
-  constexpr bool kFromRing = kValueResolvesKeys<Loader, kPair>;
-  const KeyRing<Loader::kDim> ring{smem};
-  auto key_of_round = [&](int round) { return first_row + (round % kRounds) * kKeysPerRound + key_in_round; };
-  // With the key ring: the rows of pass `round` as the value warpgroup resolved them.
-  auto load_round = [&](int round, typename Loader::Share& share) {
-    if (round >= total_rounds) return;
-    const int tile = round / kRounds;
-    if (round % kRounds == 0) wait_at(kWaitProducerIndex, thread, ring.rows_ready(tile), KeyRing<Loader::kDim>::parity(tile));
-    Loader::load_units(ring.slot(tile)->row[key_of_round(round)], part, share);
-  };
   auto request_round = [&](int round) {
     const int position = begin + round / kRounds * kKeys + first_row + (round % kRounds) * kKeysPerRound + key_in_round;
     return request_key<kMayPack>(p, token, position, end, n_main);  // past `end`: nothing is read
@@ -551,55 +384,32 @@ __device__ __forceinline__ void run_producer(const SparseAttentionParams& p, std
   PendingKey pending;
   // One pass: requests and loads pass round + kAhead into `incoming`, stores pass `round` from `current`.
   auto run_pass = [&](int round, int current, int incoming) {
-    if constexpr (kFromRing) {
-      load_round(round + kAhead, shares[incoming]);
-    } else {
-      if (thread == 0) trace_wait_for_load(kWaitProducerIndex, pending.word);
-      keys[incoming] = resolve_key<kMayPack>(p, pending);  // requested a pass ago
-      pending = request_round(round + kAhead + 1);
-      load_share(keys[incoming], shares[incoming]);
-    }
+    if (thread == 0) trace_wait_for_load(kWaitProducerIndex, pending.word);
+    keys[incoming] = resolve_key<kMayPack>(p, pending);  // requested a pass ago
+    pending = request_round(round + kAhead + 1);
+    load_share(keys[incoming], shares[incoming]);
     const int tile = round / kRounds;
     const int buffer = tile & 1;
     if (round % kRounds == 0) wait_buffer_free<Loader::kDim, kPair>(smem, tile, buffer, thread);
-    const int key = key_of_round(round);
+    const int key = first_row + (round % kRounds) * kKeysPerRound + key_in_round;
+    const float fp8_scale = key_source(p, keys[current].source).fp8_scale;
     if (thread == 0 && round == 0) trace_when_loaded(kTraceRows0In, shares[current].units[0].x);
     if (thread == 0) trace_wait_for_load(kWaitProducerRows, shares[current].units[0].x);
-    std::uint8_t* k_tile = smem + Layout::kK + buffer * Layout::kTileBytes;
-    if constexpr (kFromRing) {
-      const KeyRingSlot* slot = ring.slot(tile);
-      if constexpr (Loader::kDecodes) {
-        if (round % kRounds == 0) {
-          wait_at(kWaitProducerIndex, thread, ring.scales_ready(tile), KeyRing<Loader::kDim>::parity(tile));
-        }
-        using Decoded = typename Loader::Units::DecodedScales;
-        Loader::store_decoded(k_tile, key, part, shares[current], load_ring_scales<Decoded>(slot->scales[key]));
-      } else {
-        Loader::template store<false>(k_tile, key, part, shares[current], __uint_as_float(slot->scales[key][0].x));
-      }
-    } else {
-      const float fp8_scale = key_source(p, keys[current].source).fp8_scale;
-      Loader::template store<kFastScaleDecode && kLean>(k_tile, key, part, shares[current], fp8_scale);
-      if (part == 0) valid_s[buffer * kKeys + key] = keys[current].valid ? 1 : 0;
-    }
+    Loader::template store<kFastScaleDecode && kLean>(smem + Layout::kK + buffer * Layout::kTileBytes, key, part,
+                                                      shares[current], fp8_scale);
+    if (part == 0) valid_s[buffer * kKeys + key] = keys[current].valid ? 1 : 0;
     if (round % kRounds == kRounds - 1) {
       publish_tile<Loader::kDim, kPair>(smem, tile, buffer, rank, thread);
       if (thread == 0 && tile == 0) trace(kTraceTile0Stored);
       if (thread == 0 && tile == num_tiles - 1) trace(kTraceLastTileStored);
     }
   };
-  if constexpr (kFromRing) {
 #pragma unroll
-    for (int i = 0; i < kAhead; ++i) load_round(i, shares[i]);
-    if (thread == 0) trace(kTraceFirstKeys);
-  } else {
+  for (int i = 0; i < kAhead; ++i) keys[i] = resolve_key<kMayPack>(p, request_round(i));
+  if (thread == 0) trace(kTraceFirstKeys);
 #pragma unroll
-    for (int i = 0; i < kAhead; ++i) keys[i] = resolve_key<kMayPack>(p, request_round(i));
-    if (thread == 0) trace(kTraceFirstKeys);
-#pragma unroll
-    for (int i = 0; i < kAhead; ++i) load_share(keys[i], shares[i]);
-    pending = request_round(kAhead);
-  }
+  for (int i = 0; i < kAhead; ++i) load_share(keys[i], shares[i]);
+  pending = request_round(kAhead);
   auto run_unrolled = [&] {
     for (int base = 0; base < total_rounds; base += kRing) {
 #pragma unroll
@@ -614,7 +424,7 @@ __device__ __forceinline__ void run_producer(const SparseAttentionParams& p, std
       run_pass(round, 0, kAhead);
 #pragma unroll
       for (int i = 0; i < kAhead; ++i) {
-        if constexpr (!kFromRing) keys[i] = keys[i + 1];
+        keys[i] = keys[i + 1];
         shares[i] = shares[i + 1];
       }
     }
@@ -842,11 +652,7 @@ __device__ __forceinline__ void run_score_warpgroup(const SparseAttentionParams&
     score_tile<Loader::kDim>(s, q_desc, make_sw128_desc(k_address, 16, kSwizzleAtomBytes));
     if (thread == 0 && tile == 0) trace(kTraceScores0);
     float tile_max[2];
-    if constexpr (kValueResolvesKeys<Loader, kPair>) {
-      mask_scores(s, KeyRing<Loader::kDim>{smem}.slot(tile)->valid, lane, tile_max);
-    } else {
-      mask_scores(s, valid_s + buffer * kKeys, lane, tile_max);
-    }
+    mask_scores(s, valid_s + buffer * kKeys, lane, tile_max);
     float alpha[2];
     float reference[2];
     advance_rows(row_max, tile_max, p.scale_log2, reference, alpha, row_sum);
@@ -911,14 +717,7 @@ __device__ __forceinline__ void run_value_warpgroup(const SparseAttentionParams&
     if (key.valid) Loader::prefetch_l2(key_source(p, key.source), key.slot, thread % 2);
   };
   // Only where the plan asks (p.prefetch_rows: rows that L2 already holds gain nothing).
-  constexpr bool kResolvesKeys = kValueResolvesKeys<Loader, kPair>;
-  // Roles by warp (warps 0-1 rows, 2-3 scales): lanes of one warp taking both serialized
-  // the rows behind the scales' two dependent loads at the CTA's start (+5 us at b = 128).
-  KeyResolver<Loader> resolver{p, KeyRing<Loader::kDim>{smem}, token, begin, end, n_main, num_tiles, thread % kKeys,
-                               thread / kKeys, p.prefetch_rows};
-  if constexpr (kResolvesKeys) resolver.start();  // the producer's first loads wait for it; Q does not
-  stage_query<Loader::kDim>(p, token, head0, smem, 128 + thread);
-  const bool prefetching = !kResolvesKeys && p.prefetch_rows && (!kPair || thread < 2 * kPairKeys);
+  const bool prefetching = p.prefetch_rows && (!kPair || thread < 2 * kPairKeys);
   if (prefetching) {
     PendingKey first[kPrefetchTiles - 1];
 #pragma unroll
@@ -940,8 +739,7 @@ __device__ __forceinline__ void run_value_warpgroup(const SparseAttentionParams&
     // Always: the skipping branch cost this warpgroup registers it does not have (ptxas spilled).
     rescale_rows(o, alpha_s[row0], alpha_s[row0 + 8]);
     issue_pv_from_shared(o, p_address, v_desc);
-    if constexpr (kResolvesKeys) resolver.advance(tile);  // while P V runs
-    if (prefetching) {
+    if (prefetching) {  // while P V runs
       prefetch(upcoming);
       upcoming = request_prefetch(tile + 1 + kPrefetchTiles);
     }
@@ -1000,7 +798,6 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_attention_kernel(const __gri
   if (tid == 0) {
     if (p.q_by_tensor_map) prefetch_tensor_map(p.q_tensor_map);  // fetched while the barriers are set up
     mbarrier_init(smem_address(smem + Layout::kQueryLoaded), 1);
-    if constexpr (kValueResolvesKeys<Loader, kPair>) KeyRing<Loader::kDim>{smem}.init();
     for (int b = 0; b < 2; ++b) {
       mbarrier_init(smem_address(smem + Layout::kConsumed + 8 * b), kConsumerThreads);
       if constexpr (kPair) {
@@ -1039,6 +836,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_attention_kernel(const __gri
     run_score_warpgroup<Loader, kPair>(p, smem, token, head0, split, num_tiles, tid, rank);
   } else {
     set_registers<Budget::kValue>();
+    stage_query<Loader::kDim>(p, token, head0, smem, tid);
     run_value_warpgroup<Loader, kPair>(p, smem, token, head0, split, begin, end, n_main, num_tiles, tid - 128, rank);
   }
   // No CTA leaves while its peer may still reach into it. Each consumer warp's

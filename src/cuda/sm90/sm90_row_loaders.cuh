@@ -193,9 +193,8 @@ using UnitsOf = typename decltype(row_code_of<Rows, V4Units, V32Units, Fp8RowUni
 
 // One thread's share of one key: its raw units and the row's scales, held in
 // registers between the load (issued a round early) and the store.
-template <class UnitsOfRow>
+template <class Units>
 struct Sm90RowLoader {
-  using Units = UnitsOfRow;
   static constexpr int kDim = Units::kDim;
   static constexpr int kParts = Units::kParts;
   static constexpr int kPassesAhead = Units::kPassesAhead;
@@ -220,38 +219,27 @@ struct Sm90RowLoader {
   // zero units, so every key takes the same loads and no share needs zeroing (an
   // invalid index is never dereferenced).
   __device__ static void load(const KvSourceParams& src, std::uint32_t slot, bool valid, int part, Share& share) {
-    const RowLocation at = locate_or_zero(src, slot, valid);
-    load_units(at.row, part, share);
-    share.scales = Units::load_scales(at);
-  }
-  // Where a key's bytes are, kZeroRow's for an invalid key.
-  __device__ static RowLocation locate_or_zero(const KvSourceParams& src, std::uint32_t slot, bool valid) {
     static_assert(Units::kRowBytes <= sizeof(kZeroRow) && sizeof(typename Units::Scales) <= sizeof(kZeroRowScales));
-    const RowLocation at = Units::locate(src, slot);
-    return valid ? at : RowLocation{kZeroRow, kZeroRowScales};
-  }
-  // This part's units of the row at `row` (the scales are the caller's).
-  __device__ static void load_units(const std::uint8_t* row, int part, Share& share) {
-    const std::uint8_t* base = row + 16 * part;
+    RowLocation at = Units::locate(src, slot);
+    if (!valid) at = {kZeroRow, kZeroRowScales};
+    const std::uint8_t* base = at.row + 16 * part;
 #pragma unroll
     for (int j = 0; j < kUnitsPerPart; ++j) {
       share.units[j] = __ldg(reinterpret_cast<const uint4*>(base + Units::unit_offset(kParts * j)));
     }
+    share.scales = Units::load_scales(at);
   }
 
   // Asks L2 for a key's bytes ahead of load(): the row as one bulk prefetch
   // (16-byte aligned, a multiple of 16 bytes) by `half` 0, the scale footer by `half` 1.
   __device__ static void prefetch_l2(const KvSourceParams& src, std::uint32_t slot, int half) {
+    static_assert(Units::kRowBytes % 16 == 0);
     const RowLocation at = Units::locate(src, slot);
     if (half == 0) {
-      prefetch_row_l2(at.row);
+      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(at.row), "n"(Units::kRowBytes) : "memory");
     } else if (Units::kScaleFooter) {
       asm volatile("prefetch.global.L2 [%0];\n" ::"l"(at.scales) : "memory");
     }
-  }
-  __device__ static void prefetch_row_l2(const std::uint8_t* row) {
-    static_assert(Units::kRowBytes % 16 == 0);
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(row), "n"(Units::kRowBytes) : "memory");
   }
 
   // The key of a round (0 .. 128 / kParts - 1) and the part of it that producer thread
@@ -287,30 +275,27 @@ struct Sm90RowLoader {
   // else each unit's on its own (unit_scale).
   template <bool kDecodedScales>
   __device__ static void store(std::uint8_t* tile, int key, int part, const Share& share, float fp8_scale) {
-    if constexpr (kDecodedScales && kDecodes) {
-      store_decoded(tile, key, part, share, Units::decode_scales(share.scales));
-    } else {
-      store_by(tile, key, part, share, [&](int j) { return Units::unit_scale(share.scales, part + kParts * j, fp8_scale); });
-    }
-  }
-  // Whether the format's scales can be decoded once for a whole share (V4Units::decode_scales).
-  static constexpr bool kDecodes = requires { Units::kDecodesScales; };
-  template <class Decoded>
-  __device__ static void store_decoded(std::uint8_t* tile, int key, int part, const Share& share, const Decoded& decoded) {
-    // unit part + kParts j lies in tile j: a compile-time index, so the decoded scales stay in registers
-    static_assert(Units::Format::kTile == 16 * kParts);
-    store_by(tile, key, part, share, [&](int j) { return decoded.tile[j]; });
-  }
-  // The store with the scale of this part's FP8 unit j from scale_of(j).
-  template <class ScaleOf>
-  __device__ static void store_by(std::uint8_t* tile, int key, int part, const Share& share, ScaleOf&& scale_of) {
+    constexpr bool kDecoded = kDecodedScales && requires { Units::kDecodesScales; };
+    [[maybe_unused]] const auto decoded = [&] {
+      if constexpr (kDecoded) {
+        return Units::decode_scales(share.scales);
+      } else {
+        return 0;
+      }
+    }();
 #pragma unroll
     for (int j = 0; j < kUnitsPerPart; ++j) {
       const int unit = part + kParts * j;
       if (j < kFp8UnitsPerPart) {
         const int dim = 16 * unit;
         uint4 low, high;
-        expand_unit_by(share.units[j], scale_of(j), &low, &high);
+        if constexpr (kDecoded) {
+          // unit part + kParts j lies in tile j: a compile-time index, so the decoded scales stay in registers
+          static_assert(Units::Format::kTile == 16 * kParts);
+          expand_unit_by(share.units[j], decoded.tile[j], &low, &high);
+        } else {
+          expand_unit_by(share.units[j], Units::unit_scale(share.scales, unit, fp8_scale), &low, &high);
+        }
         *reinterpret_cast<uint4*>(tile + element_offset(key, dim)) = low;
         *reinterpret_cast<uint4*>(tile + element_offset(key, dim + 8)) = high;
       } else {

@@ -74,7 +74,7 @@ enum WaitSite : int {
   kWaitScorePEmpty = 19,   // the score warpgroup, for the value one to be done with the last P
   kWaitValueFull = 20,     // the value warpgroup, for a tile
   kWaitValuePFull = 21,    // the value warpgroup, for P
-  kWaitProducerIndex = 22,  // the producer, for a pass's index value (its first key's), or the key ring's rows and scales
+  kWaitProducerIndex = 22,  // the producer, for a pass's index value (its first key's)
   kWaitSites = 23,
 };
 // The site of a FULL or EMPTY wait for half `half` of buffer `buffer`.

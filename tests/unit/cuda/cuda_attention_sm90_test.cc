@@ -81,11 +81,11 @@ TEST(CudaSm90Attention, TileEdgeLengths) {
   }
 }
 
-// Unpaired FP8 CTAs at d_qk 512 take their keys from the value warpgroup's ring of
-// kKeyRingTiles (4) tiles: enough tokens that the plan does not split them, each with
-// its own length, so CTAs run 0 to 9 tiles, around and past the ring's wrap; invalid
-// indices, odd pages, both sources, V4 (decoded scales) and plain FP8 rows (a scale per source).
-TEST(CudaSm90Attention, KeyRingTileCounts) {
+// Unpaired FP8 CTAs (h_q <= 64) of 0 to 9 tiles each: enough tokens that the plan does
+// not split them (h16), each with its own length, and fewer that it splits over keys
+// (h64); invalid indices, odd pages, both sources, V4 and plain FP8 rows (whose other
+// cases here run as CTA pairs), the latter with a scale per source.
+TEST(CudaSm90Attention, UnpairedTileCountsBothFp8Formats) {
   SKIP_WITHOUT_DEVICE();
   for (KvFormat format : {KvFormat::kV4Fp8, KvFormat::kFp8Rows}) {
     for (std::int64_t heads : {16, 64}) {
