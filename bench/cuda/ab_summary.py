@@ -25,7 +25,7 @@ def main():
     variants = []
     for line in open(sys.argv[1]):
         fields = line.split()
-        if len(fields) < 2 or fields[1] == "tests:":
+        if len(fields) < 2 or fields[1].endswith(":"):  # "NAME TEST_BINARY: [  PASSED  ] ..."
             continue
         parsed = case_of(fields[1:])
         if parsed is None:

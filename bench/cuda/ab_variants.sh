@@ -17,7 +17,8 @@
 # 20, the median). Timed: the decode cases that matter (b = 128, or AB_DECODE="LABEL..."
 # at each batch size of AB_B, e.g. AB_B="2 128"; AB_DECODE="" for none) and the prefill
 # cases of AB_PREFILL (a label filter, empty for none). src/cuda is restored after each
-# variant (build/gpu then holds the last variant's objects until the next build).
+# variant (build/gpu then holds the last variant's objects until the next build). AB_TESTS names the GPU
+# test binaries each rebuilt variant runs (default cuda_attention_test).
 set -uo pipefail
 out=$1
 shift
@@ -44,7 +45,10 @@ time_case() {  # NAME CASE: one case with that variant's binary and settings
   env "${vars[@]}" "$binaries/$binary" --runs "${AB_RUNS:-20}" --warmup 3 --check-max-b 0 --json /dev/null $2 2>&1 |
     grep -vE "^(device|mma|cuBLASLt|row gather|case|prefill|stage_us|$)" | sed "s/^/$1 /" | tee -a "$out/ab.log"
 }
-build() { cmake --build build/gpu -j "$(nproc)" --target smla_bench_cuda cuda_attention_test >"$build_log" 2>&1; }
+# The GPU test binaries built and run for every rebuilt variant (AB_TESTS, default the attention suite; e.g.
+# AB_TESTS="cuda_attention_test cuda_attention_sm90_test cuda_nonfinite_test" for a change to the softmax).
+read -r -a ab_tests <<<"${AB_TESTS:-cuda_attention_test}"
+build() { cmake --build build/gpu -j "$(nproc)" --target smla_bench_cuda "${ab_tests[@]}" >"$build_log" 2>&1; }
 # "current" is the carried tree: after an earlier ab_variants.sh on a warm machine build/gpu
 # holds that run's last variant (and no source manifest), so rebuild the carried tree first.
 [[ -f build/gpu/.source-md5 ]] || find src/cuda -type f -exec touch {} +
@@ -85,8 +89,10 @@ for ((k = 0; k < ${#variants[@]}; ++k)); do
     kind=${variant:${#name}:1}
   done
   if build; then
-    build/gpu/tests/unit/cuda/cuda_attention_test --gtest_brief=1 2>&1 | grep -E "PASSED|FAILED" | head -3 |
-      sed "s/^/$name tests: /" | tee -a "$out/ab.log"
+    for test in "${ab_tests[@]}"; do
+      build/gpu/tests/unit/cuda/"$test" --gtest_brief=1 2>&1 | grep -E "PASSED|FAILED" | head -3 |
+        sed "s/^/$name $test: /" | tee -a "$out/ab.log"
+    done
     cp build/gpu/bench/cuda/smla_bench_cuda "$binaries/$name"
     timed+=("$name")
   else
