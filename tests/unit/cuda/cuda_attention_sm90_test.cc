@@ -84,7 +84,7 @@ TEST(CudaSm90Attention, TileEdgeLengths) {
 // Unpaired FP8 CTAs (h_q <= 64) of 0 to 9 tiles each: enough tokens that the plan does
 // not split them (h16), each with its own length, and fewer that it splits over keys
 // (h64); invalid indices, odd pages, both sources, V4 and plain FP8 rows (whose other
-// cases here run as CTA pairs), the latter with a scale per source.
+// cases here run as CTA pairs) with their per-tensor scale.
 TEST(CudaSm90Attention, UnpairedTileCountsBothFp8Formats) {
   SKIP_WITHOUT_DEVICE();
   for (KvFormat format : {KvFormat::kV4Fp8, KvFormat::kFp8Rows}) {
