@@ -58,6 +58,8 @@ tests=${SMLA_GPU_TESTS:-"cuda_attention_test cuda_attention_sm90_test cuda_atten
 targets=($tests)
 [[ "${SMLA_SKIP_BENCH:-0}" != 1 ]] && targets+=(smla_bench_cuda)
 [[ -n "${SMLA_GPU_EXTRA_TARGETS:-}" ]] && targets+=($SMLA_GPU_EXTRA_TARGETS)
+# With tests and benchmarks both skipped (an SMLA_GPU_AFTER run that builds its own), still build the library.
+[[ ${#targets[@]} -eq 0 ]] && targets=(smla)
 step "build (archs $archs, $jobs jobs, targets ${targets[*]})"
 # A warm GPU machine keeps build/gpu between calls, but the copied sources may carry older
 # mtimes than the objects there: touch every source whose content differs from the last
