@@ -55,6 +55,13 @@ struct TuningOptions {
   // sm90 kernel: a token's head blocks start together (token-major block
   // order). SMLA_SM90_BLOCK_ORDER=grid keeps the launch order.
   bool sm90_token_major = true;
+  // sm90 kernel of FP8 rows, CTAs not paired (h_q <= 64): query heads each
+  // 64-row CTA attends (the rest of its tile is padding). 0 = the plan's choice:
+  // 32 or 16 where a split launch then runs two or four times the CTAs with the
+  // same splits, each writing that fraction of the f32 partials (small batches),
+  // else 64. 16, 32 or 64 force it (also on CTAs that pairs would have run).
+  // SMLA_SM90_HEAD_ROWS.
+  int sm90_head_block_rows = 0;
   // sm90 kernel, V4 / V3.2 FP8 caches: expand the rows a call names once into
   // a bf16 staging buffer in the workspace and read them as the flat prefill
   // workspace is read (auto: prefill-sized grids, more than four waves of CTAs

@@ -8,6 +8,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <tuple>
 
@@ -106,6 +107,15 @@ constexpr std::int64_t kDefaultStagingBytes = std::int64_t{256} << 20;
 // Requests of more tokens than the portable kernel packs: prefill chunks, whose
 // tokens name many of the same rows (queries_per_request is the caller's hint).
 bool prefill_chunks(const AttentionShape& shape) { return shape.queries_per_request > kMaxPackTokens; }
+
+// Split small batches of the sm90 FP8 kernel, h_q <= 64: each CTA writes its rows'
+// f32 partials (128 KB for 64 heads), 3-5 us of a 17 us CONFIG1 b = 2 step, bound
+// by the SM's store queue (lg_throttle, docs/PERF.md, session 20). Head blocks of
+// 32 or 16 heads spread them over two or four times the CTAs, each expanding the
+// same keys (the second reads hit L2). Taken only where the split count stays the
+// same (one wave): fewer splits give each CTA more tiles in a row.
+// TuningOptions::sm90_head_block_rows forces a size.
+constexpr int kSmallHeadBlockRows[] = {16, 32};
 
 bool prefetch_rows_wanted(std::int64_t ctas, std::int64_t slots, std::int64_t keys_per_cta,
                           TuningOptions::Switch setting) {
@@ -224,6 +234,40 @@ std::size_t partials_bytes(const AttentionPlan& plan) {
   return plan.workspace_bytes - (plan.staged ? plan.staged->layout.bytes() : 0);
 }
 
+// The heads a 64-row tile of the sm90 kernel attends (kSmallHeadBlockRows above):
+// TuningOptions::sm90_head_block_rows where set, else, for a split launch of
+// unpaired FP8 CTAs, the smallest size whose head blocks keep the split count of
+// 64-head blocks. `split_for(head_blocks)` is the split of that many blocks a token;
+// `split` is updated to the chosen blocks' split.
+template <class SplitFor, class Split>
+Status choose_head_block_rows(const AttentionShape& shape, const TuningOptions& tuning, const SplitFor& split_for,
+                              AttentionPlan* plan, Split* split) {
+  const int forced = tuning.sm90_head_block_rows;
+  if (forced != 0 && forced != 16 && forced != 32 && forced != kMaxTileRows) {
+    return invalid_argument("TuningOptions::sm90_head_block_rows", "0, 16, 32 or 64", std::to_string(forced));
+  }
+  const auto blocks_of = [&](int rows) { return static_cast<int>((shape.num_heads + rows - 1) / rows); };
+  // Copied rows (bf16) run the alternating kernel, whose blocks stay 64 heads.
+  if (rows_stored_as_bf16(shape.kind)) return Status::Ok();
+  int rows = forced;
+  if (forced == 0) {
+    rows = kMaxTileRows;
+    if (shape.num_heads > kMaxTileRows || split->splits <= 1) return Status::Ok();  // pairs, or unsplit
+    for (int candidate : kSmallHeadBlockRows) {
+      if (blocks_of(candidate) > 1 && split_for(blocks_of(candidate)).splits == split->splits) {
+        rows = candidate;
+        break;
+      }
+    }
+  }
+  if (rows == kMaxTileRows) return Status::Ok();
+  plan->head_block_rows = rows;
+  plan->head_blocks = blocks_of(rows);
+  plan->flags.pair_head_blocks = false;  // a CTA pair splits 64-head blocks' tiles
+  *split = split_for(plan->head_blocks);
+  return Status::Ok();
+}
+
 }  // namespace
 
 bool sm90_tiles_preferred(const AttentionShape& shape, const DeviceProperties& device) {
@@ -263,14 +307,28 @@ Expected<AttentionPlan> plan_attention(KernelFamily family, const AttentionShape
     plan.head_blocks = 1;
     plan.pack_capacity = static_cast<int>(plan.pack_tokens * shape.num_keys);
   }
-  const std::int64_t blocks = std::max<std::int64_t>(shape.num_tokens / plan.pack_tokens * plan.head_blocks, 1);
   const std::int64_t tile_keys = family == KernelFamily::kSm90 ? kSm90KeysPerTile : kKeysPerTile;
   const std::int64_t tiles = std::max<std::int64_t>((shape.num_keys + tile_keys - 1) / tile_keys, 1);
-  const std::int64_t most_splits = std::clamp<std::int64_t>(std::min(slots / blocks, tiles), 1, kMaxSplits);
-  // The kernels round a split up to whole tiles, so of more splits than that
-  // needs (e.g. 16 for 18 tiles: 2 tiles each) the last ones would have no keys.
-  const std::int64_t tiles_per_split = (tiles + most_splits - 1) / most_splits;
-  plan.num_splits = static_cast<int>((tiles + tiles_per_split - 1) / tiles_per_split);
+  struct Split {
+    std::int64_t blocks;  // (token, head block) pairs
+    std::int64_t tiles_per_split;
+    int splits;
+  };
+  const auto split_for = [&](std::int64_t head_blocks) {
+    const std::int64_t blocks = std::max<std::int64_t>(shape.num_tokens / plan.pack_tokens * head_blocks, 1);
+    const std::int64_t most_splits = std::clamp<std::int64_t>(std::min(slots / blocks, tiles), 1, kMaxSplits);
+    // The kernels round a split up to whole tiles, so of more splits than that
+    // needs (e.g. 16 for 18 tiles: 2 tiles each) the last ones would have no keys.
+    const std::int64_t tiles_per_split = (tiles + most_splits - 1) / most_splits;
+    return Split{blocks, tiles_per_split, static_cast<int>((tiles + tiles_per_split - 1) / tiles_per_split)};
+  };
+  Split split = split_for(plan.head_blocks);
+  if (family == KernelFamily::kSm90) {
+    SMLA_RETURN_IF_ERROR(choose_head_block_rows(shape, tuning, split_for, &plan, &split));
+  }
+  const std::int64_t blocks = split.blocks;
+  const std::int64_t tiles_per_split = split.tiles_per_split;
+  plan.num_splits = split.splits;
   // Only the sm90 kernel prefetches (the plan description reports it).
   plan.prefetch_rows = family == KernelFamily::kSm90 &&
                        prefetch_rows_wanted(blocks * plan.num_splits, slots, tiles_per_split * tile_keys,
@@ -295,6 +353,7 @@ void assign_workspace(const AttentionPlan& plan, void* workspace, SparseAttentio
   params->pack_tokens = plan.pack_tokens;
   params->pack_capacity = plan.pack_capacity;
   params->prefetch_rows = plan.prefetch_rows;
+  params->head_block_rows = plan.head_block_rows;
   auto* base = static_cast<std::uint8_t*>(workspace);
   if (plan.num_splits > 1) {
     const std::size_t out_bytes = partial_out_bytes(plan, params->num_tokens, params->num_heads);

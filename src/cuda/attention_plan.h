@@ -25,6 +25,8 @@ struct AttentionPlan {
   int k_buffers = 1;
   int smem_bytes = 0;
   int head_blocks = 1;
+  // sm90 kernels: query heads a 64-row tile attends (SparseAttentionParams::head_block_rows).
+  int head_block_rows = 64;
   int num_splits = 1;
   int pack_tokens = 1;    // > 1: packed MTP, this many tokens of one request per CTA
   int pack_capacity = 0;  // union entries per packed group (pack_tokens * num_keys)

@@ -30,7 +30,8 @@ struct HeadBlockRows {
   const SparseAttentionParams& p;
   int token_index;
   int head0;
-  __device__ __forceinline__ bool live(int row) const { return head0 + row < p.num_heads; }
+  int rows = 1 << 30;  // the block's heads (sm90: p.head_block_rows); the tile's other rows are padding
+  __device__ __forceinline__ bool live(int row) const { return row < rows && head0 + row < p.num_heads; }
   __device__ __forceinline__ int token(int /*row*/) const { return token_index; }
   __device__ __forceinline__ int head(int row) const { return head0 + row; }
 };

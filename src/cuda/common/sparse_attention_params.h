@@ -41,6 +41,9 @@ struct SparseAttentionParams {
   alignas(128) std::uint8_t q_tensor_map[128] = {};
   int num_tokens = 0;         // T
   int num_heads = 0;          // h_q
+  // sm90 kernels: query heads a 64-row CTA attends, head block b holding heads
+  // [b * head_block_rows, ...); 64, or 32 / 16 for unpaired FP8 CTAs (AttentionPlan).
+  int head_block_rows = 64;
   KvSourceParams source[2];
   int num_sources = 1;
   int kv_stages = 1;  // 1..kMaxKvStages raw KV tile buffers; the dynamic shared memory holds that many

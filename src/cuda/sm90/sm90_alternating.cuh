@@ -492,7 +492,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       const WorkItem item = work_item<kTokenMajor>(work, index);
       const SplitKeys keys = split_keys<kKeys>(token_key_counts(p, item.token), p.num_splits, item.split);
       if (keys.begin >= keys.end) {
-        write_empty_split_rows<kRows, kThreads>(p, item.split, tid, HeadBlockRows{p, item.token, item.head0});
+        write_empty_split_rows<kRows, kThreads>(p, item.split, tid, block_rows(p, item.token, item.head0));
         skip(index, query_parity);
       } else {
         const int num_pairs = ((keys.end - keys.begin + kKeys - 1) / kKeys + 1) / 2;  // odd counts: an empty tile

@@ -152,6 +152,13 @@ struct Sm90Layout {
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
+// The heads of the block that starts at head0: p.head_block_rows of them (64, or
+// 32 / 16 in unpaired FP8 CTAs of small split launches); the tile's other rows are
+// padding, whose results are never written.
+__device__ __forceinline__ HeadBlockRows block_rows(const SparseAttentionParams& p, int token, int head0) {
+  return {p, token, head0, p.head_block_rows};
+}
+
 // Q rows of the head block into the swizzled Q tile (rows past h_q are zero), by the 256 consumer threads.
 // Aligned rows travel by cp.async, all of a thread's 16-byte units in flight at
 // once: a load-then-store loop waited one memory latency per unit (16 of them).
@@ -159,7 +166,7 @@ template <int kDim>
 __device__ __forceinline__ void load_query(const SparseAttentionParams& p, int token, int head0, std::uint8_t* q_tile,
                                            int consumer_thread) {
   load_query_rows<kRows, kDim, kConsumerThreads, true>(
-      p, consumer_thread, HeadBlockRows{p, token, head0},
+      p, consumer_thread, block_rows(p, token, head0),
       [&](int row, int unit) { return q_tile + (unit / 8) * (64 * kSwizzleRowBytes) + swizzled_offset(row, unit % 8); });
   cp_async_commit();
   cp_async_wait_all();
@@ -246,7 +253,7 @@ template <int kDim>
 __device__ __forceinline__ void write_output_half(const SparseAttentionParams& p, float (&o)[128],
                                                   std::uint8_t* smem, int token, int head0, int split, int half,
                                                   const float* row_max, const float* row_sum, int warp, int lane) {
-  const HeadBlockRows rows{p, token, head0};
+  const HeadBlockRows rows = block_rows(p, token, head0);
   if (!output_is_staged(p)) {
     write_output_fragments<1, kHalfColumns / 8>(p, split, rows, 16 * warp, half * kHalfColumns, lane, row_max, row_sum,
                                                 [&](int /*mt*/, int nt, int i) { return o[4 * nt + i]; });
@@ -612,7 +619,7 @@ __device__ __forceinline__ void publish_block_rows(const SparseAttentionParams& 
   float* max_s = reinterpret_cast<float*>(smem + Layout::kRowMax);
   float* sum_s = reinterpret_cast<float*>(smem + Layout::kRowSum);
   float* factor_s = reinterpret_cast<float*>(smem + Layout::kRowFactor);
-  const HeadBlockRows rows{p, token, head0};
+  const HeadBlockRows rows = block_rows(p, token, head0);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int row = row0 + 8 * h;
@@ -788,7 +795,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_attention_kernel(const __gri
   const int dispatch = static_cast<int>(blockIdx.x + blockIdx.y * gridDim.x);
   const int head_blocks = static_cast<int>(gridDim.y);
   const int token = kTokenMajor ? dispatch / head_blocks : static_cast<int>(blockIdx.x);
-  const int head0 = (kTokenMajor ? dispatch % head_blocks : static_cast<int>(blockIdx.y)) * kRows;
+  const int head0 = (kTokenMajor ? dispatch % head_blocks : static_cast<int>(blockIdx.y)) * p.head_block_rows;
   const int split = static_cast<int>(blockIdx.z);
   const int tid = static_cast<int>(threadIdx.x);
   std::uint32_t rank = 0;
@@ -817,7 +824,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_attention_kernel(const __gri
   // This split's share of the token's valid keys, from the length values on the device.
   const auto [n_main, begin, end] = split_keys<kKeys>(token_key_counts(p, token), p.num_splits, split);
   if (begin >= end) {  // the same for both CTAs of a pair: neither touches the other
-    write_empty_split_rows<kRows, kThreads>(p, split, tid, HeadBlockRows{p, token, head0});
+    write_empty_split_rows<kRows, kThreads>(p, split, tid, block_rows(p, token, head0));
     return;
   }
   const int num_tiles = (end - begin + kKeys - 1) / kKeys;

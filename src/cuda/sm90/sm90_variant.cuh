@@ -18,6 +18,9 @@ cudaError_t launch_sm90_attention(const SparseAttentionParams& caller_params, di
                                   const LaunchFlags& flags, cudaStream_t stream) {
   // The plan packs tokens only for the portable kernel; this one's key requests assume it does not.
   if (caller_params.pack_tokens > 1) return cudaErrorInvalidValue;
+  // Blocks of fewer heads: 16 or 32, and only in unpaired CTAs of the FP8 kernel (AttentionPlan::head_block_rows).
+  const int block_rows = caller_params.head_block_rows;
+  if (block_rows != kRows && (Loader::kCopiesRows || (block_rows != 16 && block_rows != 32))) return cudaErrorInvalidValue;
   SparseAttentionParams params = caller_params;
   encode_query_tensor_map(&params, Loader::kDim);
   const std::int64_t blocks = static_cast<std::int64_t>(grid.x) * grid.y * grid.z;
@@ -34,7 +37,7 @@ cudaError_t launch_sm90_attention(const SparseAttentionParams& caller_params, di
     return trace_dump_after(cudaGetLastError(), ctas, true, stream);
   } else {
     // The two head blocks of an h_q 65..128 token run as a CTA pair that shares the expansion.
-    if (grid.y == 2 && flags.pair_head_blocks) {
+    if (grid.y == 2 && flags.pair_head_blocks && block_rows == kRows) {
       auto* kernel = sm90_attention_kernel<Loader, false, true>;
       const cudaError_t status = ensure_dynamic_smem(kernel, smem_bytes);
       if (status != cudaSuccess) return status;

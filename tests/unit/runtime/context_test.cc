@@ -96,6 +96,7 @@ TEST(TuningOptions, DefaultsAreTheTunedChoices) {
   EXPECT_EQ(defaults.sm90_stage_rows, TuningOptions::Switch::kAuto);
   EXPECT_EQ(defaults.sm90_staging_rows, -1);
   EXPECT_EQ(defaults.sm90_persistent_ctas, -1);
+  EXPECT_EQ(defaults.sm90_head_block_rows, 0);
   EXPECT_EQ(defaults.cpu_threads, 0);
 }
 
@@ -109,6 +110,7 @@ TEST(TuningOptions, ReadFromTheEnvironment) {
   const ScopedVariable stage("SMLA_SM90_STAGE", "on");
   const ScopedVariable staging_rows("SMLA_SM90_STAGING_ROWS", "5000");
   const ScopedVariable persistent("SMLA_SM90_PERSISTENT_CTAS", "7");
+  const ScopedVariable head_rows("SMLA_SM90_HEAD_ROWS", "32");
   auto tuning = TuningOptions::from_environment();
   ASSERT_TRUE(IsOk(tuning.status()));
   EXPECT_EQ(tuning->implementation, "cuda.portable");
@@ -120,6 +122,7 @@ TEST(TuningOptions, ReadFromTheEnvironment) {
   EXPECT_EQ(tuning->sm90_stage_rows, TuningOptions::Switch::kOn);
   EXPECT_EQ(tuning->sm90_staging_rows, 5000);
   EXPECT_EQ(tuning->sm90_persistent_ctas, 7);
+  EXPECT_EQ(tuning->sm90_head_block_rows, 32);
   const ScopedVariable one_per_block("SMLA_SM90_PERSISTENT_CTAS", "0");
   auto zero = TuningOptions::from_environment();
   ASSERT_TRUE(IsOk(zero.status()));
@@ -151,6 +154,12 @@ TEST(TuningOptions, UnknownValuesNameTheVariable) {
     EXPECT_TRUE(FailsWith(TuningOptions::from_environment().status(), StatusCode::kInvalidArgument,
                           {"SMLA_SM90_PERSISTENT_CTAS", "0 or a positive integer", std::string("'") + ctas + "'"}))
         << ctas;
+  }
+  for (const char* rows : {"0", "8", "48", "sixteen"}) {
+    const ScopedVariable head_rows("SMLA_SM90_HEAD_ROWS", rows);
+    EXPECT_TRUE(FailsWith(TuningOptions::from_environment().status(), StatusCode::kInvalidArgument,
+                          {"SMLA_SM90_HEAD_ROWS", "16, 32 or 64", std::string("'") + rows + "'"}))
+        << rows;
   }
   {
     const ScopedVariable stage("SMLA_SM90_STAGE", "sometimes");
