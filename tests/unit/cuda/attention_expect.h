@@ -86,6 +86,10 @@ inline std::vector<KernelChoice> kernel_choices(Op op, std::int64_t heads) {
       TuningOptions no_prefetch = tuning;
       no_prefetch.sm90_prefetch = TuningOptions::Switch::kOff;
       choices.push_back({"cuda.sm90 without the L2 row prefetch", no_prefetch});
+      // FP8 rows in blocks of 16 heads (the plan's choice for one split token), unpaired.
+      TuningOptions small_blocks = tuning;
+      small_blocks.sm90_head_block_rows = 16;
+      choices.push_back({"cuda.sm90 with 16-head blocks", small_blocks});
     } else {
       choices.push_back(sm90_on_persistent_ctas(3));
     }

@@ -104,6 +104,44 @@ TEST(CudaSm90Attention, UnpairedTileCountsBothFp8Formats) {
   }
 }
 
+// Head blocks of 16 and 32 heads (TuningOptions::sm90_head_block_rows): head counts
+// on and around both sizes, split over keys (4 tokens) and not (140 tokens), in every
+// FP8 format, with invalid indices, odd pages and random lengths; a block's padding
+// rows are other blocks' heads or past h_q, and none of them may be written.
+TEST(CudaSm90Attention, HeadBlocksOfFewerHeads) {
+  SKIP_WITHOUT_DEVICE();
+  if (!cudatest::sm90_kernel_runs()) GTEST_SKIP() << "the sm90 kernel does not run on this device";
+  for (int block_rows : {16, 32}) {
+    TuningOptions tuning;
+    tuning.implementation = "cuda.sm90";
+    tuning.sm90_head_block_rows = block_rows;
+    const std::vector<KernelChoice> choices{{"cuda.sm90, " + std::to_string(block_rows) + "-head blocks", tuning}};
+    for (std::int64_t heads : {1, 15, 16, 17, 31, 32, 33, 63, 64}) {
+      for (KvFormat format : {KvFormat::kV4Fp8, KvFormat::kV32Fp8, KvFormat::kFp8Rows}) {
+        for (std::int64_t requests : {2, 70}) {  // 4 tokens: split over keys; 140: one CTA a block
+          if (requests == 70 && heads % 16 != 1 && heads != 64) continue;  // unsplit: 1, 17, 33, 64 heads
+          testkit::DecodeCaseOptions o = long_v4_case();
+          o.format = format;
+          o.num_heads = heads;
+          o.num_requests = requests;
+          o.extra_topk = format == KvFormat::kV32Fp8 ? 0 : 320;
+          o.main_topk = format == KvFormat::kV32Fp8 ? 448 : 128;
+          o.random_lengths = true;
+          o.invalid_index_fraction = 0.2;
+          o.main_page_size = 37;
+          o.extra_page_size = 3;
+          o.seed = testing::test_seed() + static_cast<std::uint64_t>(heads * 100 + block_rows + requests);
+          SMLA_SEED_TRACE(o.seed);
+          expect_decode_matches(o,
+                                std::string(kv_format_name(format)) + " heads " + std::to_string(heads) + " requests " +
+                                    std::to_string(requests),
+                                0, choices);
+        }
+      }
+    }
+  }
+}
+
 // One token: its keys are split over many CTAs and merged by the combine.
 TEST(CudaSm90Attention, SplitOverKeys) {
   SKIP_WITHOUT_DEVICE();
@@ -470,6 +508,67 @@ TEST(Sm90Plan, SplitsAndL2Prefetch) {
                                        cuda::Occupancy::kSharedMemoryOnly);
   ASSERT_TRUE(portable.ok()) << portable.status().to_string();
   EXPECT_FALSE(portable->prefetch_rows);
+}
+
+// Host-only: the heads a 64-row tile attends (nominal H100, 132 SMs). Expected by
+// hand from the rule: split launches of h_q <= 64 FP8 rows take the smallest of 16 /
+// 32 whose blocks keep the split count of 64-head blocks (16 blocks of 32 heads
+// leave 8 CTAs a block: CONFIG1 b=2's 10 tiles would be 5 splits of 2).
+TEST(Sm90Plan, HeadBlockRows) {
+  const DeviceProperties h100 = testing::nominal_h100();
+  struct Layout {
+    int rows, blocks, splits;
+    bool paired;
+  };
+  auto layout = [&](KvFormat format, std::int64_t tokens, std::int64_t heads, std::int64_t keys,
+                    TuningOptions tuning = {}) {
+    cuda::AttentionShape shape;
+    shape.kind = cuda::loader_kind(format);
+    shape.num_tokens = tokens;
+    shape.num_heads = heads;
+    shape.num_keys = keys;
+    shape.decode = true;
+    auto plan = cuda::plan_attention(cuda::KernelFamily::kSm90, shape, h100, tuning, cuda::Occupancy::kSharedMemoryOnly);
+    EXPECT_TRUE(plan.ok()) << plan.status().to_string();
+    if (!plan.ok()) return Layout{-1, -1, -1, false};
+    return Layout{plan->head_block_rows, plan->head_blocks, plan->num_splits, plan->flags.pair_head_blocks};
+  };
+  auto expect = [](const Layout& got, int rows, int blocks, int splits, const std::string& what) {
+    EXPECT_EQ(got.rows, rows) << what;
+    EXPECT_EQ(got.blocks, blocks) << what;
+    EXPECT_EQ(got.splits, splits) << what;
+  };
+  const KvFormat v4 = KvFormat::kV4Fp8;
+  expect(layout(v4, 4, 64, 640), 32, 2, 10, "CONFIG1 b=2: 8 blocks keep 10 splits, 16 would make 5");
+  expect(layout(v4, 2, 64, 640), 16, 4, 10, "SQ1-CONFIG1 b=2: 8 blocks of 16 heads, 10 splits");
+  expect(layout(KvFormat::kFp8Rows, 1, 40, 640), 16, 3, 10, "one token, 40 heads: 3 blocks of 16");
+  expect(layout(KvFormat::kV32Fp8, 1, 64, 2048), 16, 4, 32, "V3.2 h64, one token: 32 tiles, 32 splits either way");
+  expect(layout(KvFormat::kV32Fp8, 4, 64, 2048), 64, 1, 32, "V3.2 h64 b=2: 32-head blocks would give 16 splits");
+  expect(layout(v4, 4, 64, 1152), 64, 1, 18, "CONFIG3 b=2: 18 splits; 32-head blocks would give 9");
+  expect(layout(v4, 16, 32, 640), 64, 1, 5, "TP-h32 b=8: 16-head blocks would give 4 splits");
+  expect(layout(v4, 4, 16, 640), 64, 1, 10, "h16: one block of 16 either way");
+  expect(layout(v4, 128, 64, 640), 64, 1, 1, "CONFIG1 b=64: unsplit");
+  const Layout pairs = layout(v4, 4, 128, 1152);
+  expect(pairs, 64, 2, 9, "CONFIG2 b=2: CTA pairs");
+  EXPECT_TRUE(pairs.paired);
+  expect(layout(KvFormat::kBf16Rows, 4, 64, 640), 64, 1, 10, "bf16 rows: the copying kernel's blocks");
+  TuningOptions forced;
+  forced.sm90_head_block_rows = 16;
+  expect(layout(v4, 128, 64, 640, forced), 16, 4, 1, "forced 16, unsplit");
+  const Layout unpaired = layout(v4, 4, 128, 1152, forced);
+  expect(unpaired, 16, 8, 4, "forced 16 on h128: 32 blocks, 4 CTAs a block");
+  EXPECT_FALSE(unpaired.paired);
+  forced.sm90_head_block_rows = 64;
+  expect(layout(v4, 4, 64, 640, forced), 64, 1, 10, "forced 64");
+  EXPECT_TRUE(layout(v4, 4, 128, 1152, forced).paired);
+  forced.sm90_head_block_rows = 17;
+  cuda::AttentionShape shape;
+  shape.num_tokens = 4;
+  shape.num_heads = 64;
+  shape.num_keys = 640;
+  EXPECT_TRUE(testing::FailsWith(
+      cuda::plan_attention(cuda::KernelFamily::kSm90, shape, h100, forced, cuda::Occupancy::kSharedMemoryOnly).status(),
+      StatusCode::kInvalidArgument, {"sm90_head_block_rows", "0, 16, 32 or 64", "17"}));
 }
 
 // Host-only: which shapes the sm90 kernel's 64-row tiles take (nominal H100, 132
