@@ -322,7 +322,8 @@ Expected<AttentionPlan> plan_attention(KernelFamily family, const AttentionShape
     const std::int64_t tiles_per_split = (tiles + most_splits - 1) / most_splits;
     return Split{blocks, tiles_per_split, static_cast<int>((tiles + tiles_per_split - 1) / tiles_per_split)};
   };
-  Split split = split_for(plan.head_blocks);
+  const Split wide = split_for(plan.head_blocks);  // of 64-head blocks, which decide the staging below
+  Split split = wide;
   if (family == KernelFamily::kSm90) {
     SMLA_RETURN_IF_ERROR(choose_head_block_rows(shape, tuning, split_for, &plan, &split));
   }
@@ -337,7 +338,7 @@ Expected<AttentionPlan> plan_attention(KernelFamily family, const AttentionShape
   plan.chain_combine = plan.num_splits > 1 && device.compute_capability >= 90;
   plan.workspace_bytes = planned_workspace_bytes(plan, shape);
   if (family == KernelFamily::kSm90) {
-    const bool prefill_sized = plan.num_splits == 1 && blocks > kStageMinWaves * slots;
+    const bool prefill_sized = wide.splits == 1 && wide.blocks > kStageMinWaves * slots;
     SMLA_RETURN_IF_ERROR(plan_staging(shape, device, tuning, occupancy, prefill_sized, &plan));
   }
   return plan;

@@ -561,6 +561,21 @@ TEST(Sm90Plan, HeadBlockRows) {
   forced.sm90_head_block_rows = 64;
   expect(layout(v4, 4, 64, 640, forced), 64, 1, 10, "forced 64");
   EXPECT_TRUE(layout(v4, 4, 128, 1152, forced).paired);
+  // Whether FP8 rows are staged reads 64-head blocks: 16-head ones neither stage a grid nor unstage one.
+  auto staged = [&](std::int64_t tokens, const TuningOptions& tuning) {
+    cuda::AttentionShape shape;
+    shape.num_tokens = tokens;
+    shape.num_heads = 64;
+    shape.num_keys = 640;
+    shape.decode = true;
+    auto plan = cuda::plan_attention(cuda::KernelFamily::kSm90, shape, h100, tuning, cuda::Occupancy::kSharedMemoryOnly);
+    return plan.ok() && plan->staged != nullptr;
+  };
+  forced.sm90_head_block_rows = 16;
+  EXPECT_FALSE(staged(134, {}));
+  EXPECT_FALSE(staged(134, forced));  // 536 blocks of 16 heads, 134 of 64: not more than 4 waves
+  EXPECT_TRUE(staged(600, {}));
+  EXPECT_TRUE(staged(600, forced));
   forced.sm90_head_block_rows = 17;
   cuda::AttentionShape shape;
   shape.num_tokens = 4;
