@@ -139,9 +139,11 @@ const char* overflow_note(const cuda::StagedRowsPlan& staged) {
 
 std::string plan_description(const PlanState& state) {
   const auto& plan = *static_cast<const AttentionPlan*>(state.data.get());
-  std::string text = fmt::format("{}-row tiles x {} head blocks, {} splits, {} stages, {} K buffers, {} B shared memory",
-                                 plan.variant.rows, plan.head_blocks, plan.num_splits, plan.kv_stages, plan.k_buffers,
-                                 plan.smem_bytes);
+  const std::string block_heads =
+      plan.head_block_rows < plan.variant.rows ? fmt::format(" of {} heads", plan.head_block_rows) : "";
+  std::string text = fmt::format("{}-row tiles x {} head blocks{}, {} splits, {} stages, {} K buffers, {} B shared memory",
+                                 plan.variant.rows, plan.head_blocks, block_heads, plan.num_splits, plan.kv_stages,
+                                 plan.k_buffers, plan.smem_bytes);
   if (plan.pack_tokens > 1) text += fmt::format(", {} tokens packed per CTA", plan.pack_tokens);
   if (plan.prefetch_rows) text += ", L2 prefetch";
   if (plan.staged) {
