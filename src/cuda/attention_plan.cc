@@ -113,7 +113,8 @@ bool prefill_chunks(const AttentionShape& shape) { return shape.queries_per_requ
 // by the SM's store queue (lg_throttle, docs/PERF.md, session 20). Head blocks of
 // 32 or 16 heads spread them over two or four times the CTAs, each expanding the
 // same keys (the second reads hit L2). Taken only where the split count stays the
-// same (one wave): fewer splits give each CTA more tiles in a row.
+// same (one wave): fewer splits give each CTA more tiles in a row. SQ1-CONFIG1 b = 1
+// (16 heads) ran 11% faster, CONFIG1 b = 2 (32) 7% (docs/PERF.md, session 28).
 // TuningOptions::sm90_head_block_rows forces a size.
 constexpr int kSmallHeadBlockRows[] = {16, 32};
 

@@ -512,8 +512,8 @@ TEST(Sm90Plan, SplitsAndL2Prefetch) {
 
 // Host-only: the heads a 64-row tile attends (nominal H100, 132 SMs). Expected by
 // hand from the rule: split launches of h_q <= 64 FP8 rows take the smallest of 16 /
-// 32 whose blocks keep the split count of 64-head blocks (16 blocks of 32 heads
-// leave 8 CTAs a block: CONFIG1 b=2's 10 tiles would be 5 splits of 2).
+// 32 whose blocks keep the split count of 64-head blocks (CONFIG1 b=2 in blocks of
+// 16 heads: 16 blocks, 8 CTAs each, so its 10 tiles would be 5 splits of 2).
 TEST(Sm90Plan, HeadBlockRows) {
   const DeviceProperties h100 = testing::nominal_h100();
   struct Layout {
