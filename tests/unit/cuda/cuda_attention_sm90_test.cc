@@ -448,6 +448,19 @@ TEST(CudaSm90Attention, StagedRowsGraphReplayFollowsNewLengths) {
   cudatest::expect_graph_replay_follows_new_lengths(c, 1, &cudatest::halve_lengths, staged_choice(distinct).tuning);
 }
 
+// The sm90 plan of a call on a nominal H100 (132 SMs, one sm90 CTA each).
+Expected<cuda::AttentionPlan> nominal_sm90_plan(cuda::LoaderKind kind, std::int64_t tokens, std::int64_t heads,
+                                               std::int64_t keys, const TuningOptions& tuning = {}, bool decode = false) {
+  cuda::AttentionShape shape;
+  shape.kind = kind;
+  shape.num_tokens = tokens;
+  shape.num_heads = heads;
+  shape.num_keys = keys;
+  shape.decode = decode;
+  return cuda::plan_attention(cuda::KernelFamily::kSm90, shape, testing::nominal_h100(), tuning,
+                              cuda::Occupancy::kSharedMemoryOnly);
+}
+
 // Host-only: how the sm90 plan splits a token's keys and which launches ask L2
 // for their rows ahead (a nominal H100: 132 SMs, one sm90 CTA each). Expected
 // values worked out by hand: at most as many splits as leave no SM idle, as few
@@ -457,12 +470,7 @@ TEST(Sm90Plan, SplitsAndL2Prefetch) {
   const DeviceProperties h100 = testing::nominal_h100();
   auto plan_for = [&](cuda::LoaderKind kind, std::int64_t tokens, std::int64_t heads, std::int64_t keys,
                       TuningOptions tuning = {}) {
-    cuda::AttentionShape shape;
-    shape.kind = kind;
-    shape.num_tokens = tokens;
-    shape.num_heads = heads;
-    shape.num_keys = keys;
-    auto plan = cuda::plan_attention(cuda::KernelFamily::kSm90, shape, h100, tuning, cuda::Occupancy::kSharedMemoryOnly);
+    auto plan = nominal_sm90_plan(kind, tokens, heads, keys, tuning);
     EXPECT_TRUE(plan.ok()) << plan.status().to_string();
     return plan;
   };
@@ -515,20 +523,13 @@ TEST(Sm90Plan, SplitsAndL2Prefetch) {
 // 32 whose blocks keep the split count of 64-head blocks (CONFIG1 b=2 in blocks of
 // 16 heads: 16 blocks, 8 CTAs each, so its 10 tiles would be 5 splits of 2).
 TEST(Sm90Plan, HeadBlockRows) {
-  const DeviceProperties h100 = testing::nominal_h100();
   struct Layout {
     int rows, blocks, splits;
     bool paired;
   };
   auto layout = [&](KvFormat format, std::int64_t tokens, std::int64_t heads, std::int64_t keys,
                     TuningOptions tuning = {}) {
-    cuda::AttentionShape shape;
-    shape.kind = cuda::loader_kind(format);
-    shape.num_tokens = tokens;
-    shape.num_heads = heads;
-    shape.num_keys = keys;
-    shape.decode = true;
-    auto plan = cuda::plan_attention(cuda::KernelFamily::kSm90, shape, h100, tuning, cuda::Occupancy::kSharedMemoryOnly);
+    auto plan = nominal_sm90_plan(cuda::loader_kind(format), tokens, heads, keys, tuning, true);
     EXPECT_TRUE(plan.ok()) << plan.status().to_string();
     if (!plan.ok()) return Layout{-1, -1, -1, false};
     return Layout{plan->head_block_rows, plan->head_blocks, plan->num_splits, plan->flags.pair_head_blocks};
@@ -563,12 +564,7 @@ TEST(Sm90Plan, HeadBlockRows) {
   EXPECT_TRUE(layout(v4, 4, 128, 1152, forced).paired);
   // Whether FP8 rows are staged reads 64-head blocks: 16-head ones neither stage a grid nor unstage one.
   auto staged = [&](std::int64_t tokens, const TuningOptions& tuning) {
-    cuda::AttentionShape shape;
-    shape.num_tokens = tokens;
-    shape.num_heads = 64;
-    shape.num_keys = 640;
-    shape.decode = true;
-    auto plan = cuda::plan_attention(cuda::KernelFamily::kSm90, shape, h100, tuning, cuda::Occupancy::kSharedMemoryOnly);
+    auto plan = nominal_sm90_plan(cuda::loader_kind(v4), tokens, 64, 640, tuning, true);
     return plan.ok() && plan->staged != nullptr;
   };
   forced.sm90_head_block_rows = 16;
@@ -577,13 +573,8 @@ TEST(Sm90Plan, HeadBlockRows) {
   EXPECT_TRUE(staged(600, {}));
   EXPECT_TRUE(staged(600, forced));
   forced.sm90_head_block_rows = 17;
-  cuda::AttentionShape shape;
-  shape.num_tokens = 4;
-  shape.num_heads = 64;
-  shape.num_keys = 640;
-  EXPECT_TRUE(testing::FailsWith(
-      cuda::plan_attention(cuda::KernelFamily::kSm90, shape, h100, forced, cuda::Occupancy::kSharedMemoryOnly).status(),
-      StatusCode::kInvalidArgument, {"sm90_head_block_rows", "0, 16, 32 or 64", "17"}));
+  EXPECT_TRUE(testing::FailsWith(nominal_sm90_plan(cuda::loader_kind(v4), 4, 64, 640, forced).status(),
+                                 StatusCode::kInvalidArgument, {"sm90_head_block_rows", "0, 16, 32 or 64", "17"}));
 }
 
 // Host-only: which shapes the sm90 kernel's 64-row tiles take (nominal H100, 132
