@@ -27,7 +27,8 @@ step() { echo "== $* ($(date -u +%H:%M:%S))"; }
 
 step "device"
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm,driver_version --format=csv | tee "$out/device.txt"
-# The device copy of the checkout may carry a stale .git: pass SMLA_GPU_COMMIT=$(git rev-parse --short HEAD).
+# The device copy of the checkout may carry a stale .git: pass SMLA_GPU_COMMIT=<hash> written out in the command
+# (a $(git rev-parse ...) inside the command runs on the device and reads that stale copy).
 echo "commit ${SMLA_GPU_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null) (read from the copied .git)}" | tee -a "$out/device.txt"
 
 dep_args=()
