@@ -118,6 +118,11 @@ bool prefill_chunks(const AttentionShape& shape) { return shape.queries_per_requ
 // TuningOptions::sm90_head_block_rows forces a size.
 constexpr int kSmallHeadBlockRows[] = {16, 32};
 
+// Head blocks of `rows` heads that a token's h_q heads take.
+int head_blocks_of(const AttentionShape& shape, int rows) {
+  return static_cast<int>((shape.num_heads + rows - 1) / rows);
+}
+
 bool prefetch_rows_wanted(std::int64_t ctas, std::int64_t slots, std::int64_t keys_per_cta,
                           TuningOptions::Switch setting) {
   if (setting == TuningOptions::Switch::kOn) return true;
@@ -247,7 +252,6 @@ Status choose_head_block_rows(const AttentionShape& shape, const TuningOptions& 
   if (forced != 0 && forced != 16 && forced != 32 && forced != kMaxTileRows) {
     return invalid_argument("TuningOptions::sm90_head_block_rows", "0, 16, 32 or 64", std::to_string(forced));
   }
-  const auto blocks_of = [&](int rows) { return static_cast<int>((shape.num_heads + rows - 1) / rows); };
   // Copied rows (bf16) run the alternating kernel, whose blocks stay 64 heads.
   if (rows_stored_as_bf16(shape.kind)) return Status::Ok();
   int rows = forced;
@@ -255,7 +259,8 @@ Status choose_head_block_rows(const AttentionShape& shape, const TuningOptions& 
     rows = kMaxTileRows;
     if (shape.num_heads > kMaxTileRows || split->splits <= 1) return Status::Ok();  // pairs, or unsplit
     for (int candidate : kSmallHeadBlockRows) {
-      if (blocks_of(candidate) > 1 && split_for(blocks_of(candidate)).splits == split->splits) {
+      const int blocks = head_blocks_of(shape, candidate);
+      if (blocks > 1 && split_for(blocks).splits == split->splits) {
         rows = candidate;
         break;
       }
@@ -263,7 +268,7 @@ Status choose_head_block_rows(const AttentionShape& shape, const TuningOptions& 
   }
   if (rows == kMaxTileRows) return Status::Ok();
   plan->head_block_rows = rows;
-  plan->head_blocks = blocks_of(rows);
+  plan->head_blocks = head_blocks_of(shape, rows);
   plan->flags.pair_head_blocks = false;  // a CTA pair splits 64-head blocks' tiles
   *split = split_for(plan->head_blocks);
   return Status::Ok();
@@ -299,7 +304,7 @@ Expected<AttentionPlan> plan_attention(KernelFamily family, const AttentionShape
   plan.kv_stages = ring->stages;
   plan.k_buffers = ring->k_buffers;
   plan.smem_bytes = plan.variant.smem_bytes(plan.kv_stages, plan.k_buffers);
-  plan.head_blocks = static_cast<int>((shape.num_heads + rows - 1) / rows);
+  plan.head_blocks = head_blocks_of(shape, rows);
 
   // Split the keys only when the (token, head block) grid leaves SMs idle, and
   // never into more pieces than there are tiles (32 keys, 64 in the sm90 kernel).
