@@ -59,6 +59,7 @@ if ! build; then
 fi
 cp build/gpu/bench/cuda/smla_bench_cuda "$binaries/current"
 timed=(current)
+rebuilt=0  # whether a variant's sources were built into build/gpu
 variants=("$@")
 name_of() { local v=$1; echo "${v%%[@:%]*}"; }
 for ((k = 0; k < ${#variants[@]}; ++k)); do
@@ -88,6 +89,7 @@ for ((k = 0; k < ${#variants[@]}; ++k)); do
     variant=$next
     kind=${variant:${#name}:1}
   done
+  rebuilt=1
   if build; then
     for test in "${ab_tests[@]}"; do
       build/gpu/tests/unit/cuda/"$test" --gtest_brief=1 2>&1 | grep -E "PASSED|FAILED" | head -3 |
@@ -109,4 +111,5 @@ for round in $(seq "${AB_REPEAT:-1}"); do
   done
 done
 rm -rf "$saved" "$binaries"
-rm -f build/gpu/.source-md5  # build/gpu holds the last variant: the next scripts/gpu-check.sh rebuilds everything
+# build/gpu holds the last rebuilt variant, if any: then the next scripts/gpu-check.sh rebuilds everything.
+[[ $rebuilt == 1 ]] && rm -f build/gpu/.source-md5
