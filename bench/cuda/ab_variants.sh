@@ -29,9 +29,13 @@ binaries=$(mktemp -d)  # one benchmark binary per variant (the library is linked
 cp -a src/cuda/. "$saved/"
 build_log=/tmp/ab_build.log
 # The timed cases, each one benchmark call's arguments.
+# AB_CASES names another decode case file (e.g. bench/cases/gpu_small_batch.json); AB_B="all" times every b of a label.
 cases=()
+cases_arg=${AB_CASES:+--cases $AB_CASES}
 for b in ${AB_B:-128}; do
-  for filter in ${AB_DECODE-CONFIG TP-h32 V3.2}; do cases+=("--no-prefill --filter $filter --b $b"); done
+  b_arg="--b $b"
+  [[ $b == all ]] && b_arg=""
+  for filter in ${AB_DECODE-CONFIG TP-h32 V3.2}; do cases+=("--no-prefill $cases_arg --filter $filter $b_arg"); done
 done
 [[ -n "${AB_PREFILL:-}" ]] && cases+=("--no-decode --filter $AB_PREFILL")
 declare -A settings  # NAME -> "VAR=VALUE ..." of a runtime-switch variant (its binary: current's)

@@ -108,7 +108,7 @@ constexpr std::int64_t kDefaultStagingBytes = std::int64_t{256} << 20;
 // tokens name many of the same rows (queries_per_request is the caller's hint).
 bool prefill_chunks(const AttentionShape& shape) { return shape.queries_per_request > kMaxPackTokens; }
 
-// Split small batches of the sm90 FP8 kernel, h_q <= 64: each CTA writes its rows'
+// Split small batches of the sm90 FP8 kernel, h_q <= 128: each CTA writes its rows'
 // f32 partials (128 KB for 64 heads), 3-5 us of a 17 us CONFIG1 b = 2 step, bound
 // by the SM's store queue (lg_throttle, docs/PERF.md, session 20). Head blocks of
 // 32 or 16 heads spread them over two or four times the CTAs, each expanding the
@@ -242,8 +242,8 @@ std::size_t partials_bytes(const AttentionPlan& plan) {
 
 // The heads a 64-row tile of the sm90 kernel attends (kSmallHeadBlockRows above):
 // TuningOptions::sm90_head_block_rows where set, else, for a split launch of
-// unpaired FP8 CTAs, the smallest size whose head blocks keep the split count of
-// 64-head blocks. `split_for(head_blocks)` is the split of that many blocks a token;
+// FP8 rows and at most 128 heads, the smallest size whose head blocks keep the split
+// count of 64-head blocks (those of 65-128 heads paired, smaller ones never). `split_for(head_blocks)` is the split of that many blocks a token;
 // `split` is updated to the chosen blocks' split.
 template <class SplitFor, class Split>
 Status choose_head_block_rows(const AttentionShape& shape, const TuningOptions& tuning, const SplitFor& split_for,
@@ -257,7 +257,9 @@ Status choose_head_block_rows(const AttentionShape& shape, const TuningOptions& 
   int rows = forced;
   if (forced == 0) {
     rows = kMaxTileRows;
-    if (shape.num_heads > kMaxTileRows || split->splits <= 1) return Status::Ok();  // pairs, or unsplit
+    // Up to two 64-head blocks: a single token of 128 heads (CTA pairs at 64) ran 9% faster in
+    // four 32-head blocks with the same 18 splits (SQ1-CONFIG2 b = 1, docs/PERF.md, session 29).
+    if (shape.num_heads > 2 * kMaxTileRows || split->splits <= 1) return Status::Ok();
     for (int candidate : kSmallHeadBlockRows) {
       const int blocks = head_blocks_of(shape, candidate);
       if (blocks > 1 && split_for(blocks).splits == split->splits) {

@@ -105,7 +105,7 @@ TEST(CudaSm90Attention, UnpairedTileCountsBothFp8Formats) {
 }
 
 // Head blocks of 16 and 32 heads (TuningOptions::sm90_head_block_rows): head counts
-// on and around both sizes, split over keys (4 tokens) and not (140 tokens), in every
+// on and around both sizes and up to 128 (unpaired), split over keys (4 tokens) and not (140 tokens), in every
 // FP8 format, with invalid indices, odd pages and random lengths; a block's padding
 // rows are other blocks' heads or past h_q, and none of them may be written.
 TEST(CudaSm90Attention, HeadBlocksOfFewerHeads) {
@@ -116,7 +116,7 @@ TEST(CudaSm90Attention, HeadBlocksOfFewerHeads) {
     tuning.implementation = "cuda.sm90";
     tuning.sm90_head_block_rows = block_rows;
     const std::vector<KernelChoice> choices{{"cuda.sm90, " + std::to_string(block_rows) + "-head blocks", tuning}};
-    for (std::int64_t heads : {1, 15, 16, 17, 31, 32, 33, 63, 64}) {
+    for (std::int64_t heads : {1, 15, 16, 17, 31, 32, 33, 63, 64, 65, 96, 127, 128}) {
       for (KvFormat format : {KvFormat::kV4Fp8, KvFormat::kV32Fp8, KvFormat::kFp8Rows}) {
         for (std::int64_t requests : {2, 70}) {  // 4 tokens: split over keys; 140: one CTA a block
           if (requests == 70 && heads % 16 != 1 && heads != 64) continue;  // unsplit: 1, 17, 33, 64 heads
@@ -550,8 +550,14 @@ TEST(Sm90Plan, HeadBlockRows) {
   expect(layout(v4, 4, 16, 640), 64, 1, 10, "h16: one block of 16 either way");
   expect(layout(v4, 128, 64, 640), 64, 1, 1, "CONFIG1 b=64: unsplit");
   const Layout pairs = layout(v4, 4, 128, 1152);
-  expect(pairs, 64, 2, 9, "CONFIG2 b=2: CTA pairs");
+  expect(pairs, 64, 2, 9, "CONFIG2 b=2: CTA pairs; 32-head blocks would give 6 splits");
   EXPECT_TRUE(pairs.paired);
+  const Layout single = layout(v4, 1, 128, 1152);
+  expect(single, 32, 4, 18, "SQ1-CONFIG2 b=1: 4 blocks of 32 keep 18 splits, 16 would make 9");
+  EXPECT_FALSE(single.paired);
+  expect(layout(KvFormat::kV32Fp8, 1, 128, 2048), 32, 4, 32, "V3.2 h128, one token: 32 splits either way");
+  expect(layout(v4, 1, 96, 1152), 16, 6, 18, "one token, 96 heads: 6 blocks of 16 keep 18 splits");
+  expect(layout(v4, 1, 256, 1152), 64, 4, 18, "256 heads: 64-head blocks");
   expect(layout(KvFormat::kBf16Rows, 4, 64, 640), 64, 1, 10, "bf16 rows: the copying kernel's blocks");
   TuningOptions forced;
   forced.sm90_head_block_rows = 16;
