@@ -108,15 +108,24 @@ constexpr std::int64_t kDefaultStagingBytes = std::int64_t{256} << 20;
 // tokens name many of the same rows (queries_per_request is the caller's hint).
 bool prefill_chunks(const AttentionShape& shape) { return shape.queries_per_request > kMaxPackTokens; }
 
-// Split small batches of the sm90 FP8 kernel, h_q <= 128: each CTA writes its rows'
-// f32 partials (128 KB for 64 heads), 3-5 us of a 17 us CONFIG1 b = 2 step, bound
-// by the SM's store queue (lg_throttle, docs/PERF.md, session 20). Head blocks of
-// 32 or 16 heads spread them over two or four times the CTAs, each expanding the
-// same keys (the second reads hit L2). Taken only where the split count stays the
-// same (one wave): fewer splits give each CTA more tiles in a row. SQ1-CONFIG1 b = 1
-// (16 heads) ran 11% faster, CONFIG1 b = 2 (32) 7% (docs/PERF.md, session 28).
+// Split small batches of the sm90 FP8 kernel (h_q <= 128, one wave of CTAs): a CTA
+// still runs a 64-row tile, but may attend only 32 or 16 of its heads
+// (head_block_rows), so the grid runs more CTAs, each writing that fraction of the
+// f32 partials (128 KB for 64 heads, bound by the SM's store queue: lg_throttle,
+// docs/PERF.md, session 20) and expanding the same keys (the later reads hit L2).
+// Fewer heads a block also means fewer splits, so more tiles a CTA. Over 99 timings
+// of 29 small-batch shapes (16, 32 and 64 heads a block; docs/PERF.md, session 29) the
+// step's time fits 2.5 us x tiles a split + 5.3 us x (heads a block / 64) + 5.9 us x
+// (CTAs / slots) + 0.16 us x splits (the combine's serial reads), rms 1.3 us, and
+// the plan takes the size of least such cost, counted in tiles:
+constexpr double kHeadRowsCostPer64Heads = 2.1;  // 5.3 / 2.5
+constexpr double kCtaCostPerWave = 2.35;         // 5.9 / 2.5
+constexpr double kCostPerSplit = 0.063;          // 0.16 / 2.5
+constexpr int kHeadBlockRowsByPreference[] = {64, 32, 16};  // ties keep the larger blocks
+// CTA pairs (h_q 65-128) share the expansion of long CTAs, but the six split launches
+// of one to three tiles a split timed both ways ran 3-9% faster unpaired.
+constexpr std::int64_t kPairMinTilesPerSplit = 4;
 // TuningOptions::sm90_head_block_rows forces a size.
-constexpr int kSmallHeadBlockRows[] = {16, 32};
 
 // Head blocks of `rows` heads that a token's h_q heads take.
 int head_blocks_of(const AttentionShape& shape, int rows) {
@@ -240,14 +249,15 @@ std::size_t partials_bytes(const AttentionPlan& plan) {
   return plan.workspace_bytes - (plan.staged ? plan.staged->layout.bytes() : 0);
 }
 
-// The heads a 64-row tile of the sm90 kernel attends (kSmallHeadBlockRows above):
-// TuningOptions::sm90_head_block_rows where set, else, for a split launch of
-// FP8 rows and at most 128 heads, the smallest size whose head blocks keep the split
-// count of 64-head blocks (those of 65-128 heads paired, smaller ones never). `split_for(head_blocks)` is the split of that many blocks a token;
-// `split` is updated to the chosen blocks' split.
+// The heads a 64-row tile of the sm90 kernel attends: TuningOptions::sm90_head_block_rows
+// where set, else, for a split launch of FP8 rows and at most 128 heads, the size of
+// least cost above (unpaired; CTA pairs kept for 65-128 heads whose 64-head split
+// has kPairMinTilesPerSplit tiles or more). `split_for(head_blocks)` is the split of
+// that many blocks a token, `slots` the CTAs of one wave; `split` is updated to the
+// chosen blocks' split.
 template <class SplitFor, class Split>
 Status choose_head_block_rows(const AttentionShape& shape, const TuningOptions& tuning, const SplitFor& split_for,
-                              AttentionPlan* plan, Split* split) {
+                              std::int64_t slots, AttentionPlan* plan, Split* split) {
   const int forced = tuning.sm90_head_block_rows;
   if (forced != 0 && forced != 16 && forced != 32 && forced != kMaxTileRows) {
     return invalid_argument("TuningOptions::sm90_head_block_rows", "0, 16, 32 or 64", std::to_string(forced));
@@ -256,22 +266,30 @@ Status choose_head_block_rows(const AttentionShape& shape, const TuningOptions& 
   if (rows_stored_as_bf16(shape.kind)) return Status::Ok();
   int rows = forced;
   if (forced == 0) {
-    rows = kMaxTileRows;
-    // Up to two 64-head blocks: a single token of 128 heads (CTA pairs at 64) ran 9% faster in
-    // four 32-head blocks with the same 18 splits (SQ1-CONFIG2 b = 1, docs/PERF.md, session 29).
     if (shape.num_heads > 2 * kMaxTileRows || split->splits <= 1) return Status::Ok();
-    for (int candidate : kSmallHeadBlockRows) {
-      const int blocks = head_blocks_of(shape, candidate);
-      if (blocks > 1 && split_for(blocks).splits == split->splits) {
+    if (plan->flags.pair_head_blocks && shape.num_heads > kMaxTileRows &&
+        split->tiles_per_split >= kPairMinTilesPerSplit) {
+      return Status::Ok();
+    }
+    double least = 0;
+    for (int candidate : kHeadBlockRowsByPreference) {
+      const Split s = split_for(head_blocks_of(shape, candidate));
+      if (s.splits <= 1) continue;  // the fit covers split launches only
+      const double heads = static_cast<double>(std::min<std::int64_t>(candidate, shape.num_heads));
+      const double cost = static_cast<double>(s.tiles_per_split) + kHeadRowsCostPer64Heads * heads / kMaxTileRows +
+                          kCtaCostPerWave * static_cast<double>(s.blocks * s.splits) / static_cast<double>(slots) +
+                          kCostPerSplit * s.splits;
+      if (rows == 0 || cost < least) {
         rows = candidate;
-        break;
+        least = cost;
       }
     }
+    if (rows == 0) return Status::Ok();
   }
-  if (rows == kMaxTileRows) return Status::Ok();
   plan->head_block_rows = rows;
   plan->head_blocks = head_blocks_of(shape, rows);
-  plan->flags.pair_head_blocks = false;  // a CTA pair splits 64-head blocks' tiles
+  // A CTA pair splits 64-head blocks' tiles; forced 64 keeps the tuning's pairing.
+  if (rows != kMaxTileRows || forced == 0) plan->flags.pair_head_blocks = false;
   *split = split_for(plan->head_blocks);
   return Status::Ok();
 }
@@ -333,7 +351,7 @@ Expected<AttentionPlan> plan_attention(KernelFamily family, const AttentionShape
   const Split wide = split_for(plan.head_blocks);  // of 64-head blocks, which decide the staging below
   Split split = wide;
   if (family == KernelFamily::kSm90) {
-    SMLA_RETURN_IF_ERROR(choose_head_block_rows(shape, tuning, split_for, &plan, &split));
+    SMLA_RETURN_IF_ERROR(choose_head_block_rows(shape, tuning, split_for, slots, &plan, &split));
   }
   const std::int64_t blocks = split.blocks;
   const std::int64_t tiles_per_split = split.tiles_per_split;

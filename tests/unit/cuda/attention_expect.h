@@ -57,7 +57,7 @@ inline KernelChoice sm90_on_persistent_ctas(int ctas, TuningOptions tuning = {},
 
 // Every cuda implementation of `op` that runs on this device, named through
 // TuningOptions::implementation (the registry, not a hard-coded list); the sm90
-// kernel also without CTA pairs when a token has two 64-row head blocks, with FP8
+// kernel also with CTA pairs forced and without them when a token has two 64-row head blocks, with FP8
 // rows staged (decode), without the L2 row prefetch (decode) and with copied rows
 // on three CTAs (the staged decode choice, and prefill), so the test grids, a CTA per block by default, also run
 // blocks one after another in a CTA.
@@ -86,7 +86,7 @@ inline std::vector<KernelChoice> kernel_choices(Op op, std::int64_t heads) {
       TuningOptions no_prefetch = tuning;
       no_prefetch.sm90_prefetch = TuningOptions::Switch::kOff;
       choices.push_back({"cuda.sm90 without the L2 row prefetch", no_prefetch});
-      // FP8 rows in blocks of 16 heads (the plan's choice for one split token), unpaired.
+      // FP8 rows in blocks of 16 heads (a choice of the plan for split small batches), unpaired.
       TuningOptions small_blocks = tuning;
       small_blocks.sm90_head_block_rows = 16;
       choices.push_back({"cuda.sm90 with 16-head blocks", small_blocks});
@@ -94,6 +94,10 @@ inline std::vector<KernelChoice> kernel_choices(Op op, std::int64_t heads) {
       choices.push_back(sm90_on_persistent_ctas(3));
     }
     if (heads > 64 && heads <= 128) {
+      // The plan leaves short splits unpaired; forced 64-head blocks keep the pairs there.
+      TuningOptions paired = tuning;
+      paired.sm90_head_block_rows = 64;
+      choices.push_back({"cuda.sm90 with CTA pairs", paired});
       tuning.sm90_pair_head_blocks = false;
       choices.push_back({"cuda.sm90 without CTA pairs", tuning});
     }

@@ -3,7 +3,7 @@
 // reused), tile-boundary lengths, splits, padded head rows, every row format,
 // both prefill sources. Each case runs on every cuda implementation in the
 // registry that runs on this device (attention_expect.h): cuda.sm90 with and
-// without CTA pairs for h_q 65..128, and cuda.portable, so all stay checked on
+// with CTA pairs forced and without them for h_q 65..128, and cuda.portable, so all stay checked on
 // an H100. On other devices only the portable kernel runs (a note says so).
 #include <gtest/gtest.h>
 
@@ -540,23 +540,32 @@ TEST(Sm90Plan, HeadBlockRows) {
     EXPECT_EQ(got.splits, splits) << what;
   };
   const KvFormat v4 = KvFormat::kV4Fp8;
-  expect(layout(v4, 4, 64, 640), 32, 2, 10, "CONFIG1 b=2: 8 blocks keep 10 splits, 16 would make 5");
-  expect(layout(v4, 2, 64, 640), 16, 4, 10, "SQ1-CONFIG1 b=2: 8 blocks of 16 heads, 10 splits");
+  // The cost in tiles: tiles a split + 2.1 x heads a block / 64 + 2.35 x CTAs / 132 + 0.063 x splits.
+  // CONFIG1 b=2 (4 tokens, 10 tiles): 64 heads: 10 splits of 1, 40 CTAs: 1 + 2.1 + 0.71 + 0.63 = 4.44;
+  // 32: 10 splits of 1, 80 CTAs: 1 + 1.05 + 1.42 + 0.63 = 4.10; 16: 5 splits of 2, 80 CTAs:
+  // 2 + 0.53 + 1.42 + 0.32 = 4.26.
+  expect(layout(v4, 4, 64, 640), 32, 2, 10, "CONFIG1 b=2");
+  expect(layout(v4, 2, 64, 640), 32, 2, 10, "SQ1-CONFIG1 b=2: 3.39 against 3.58 at 16 and 4.09 at 64");
   expect(layout(KvFormat::kFp8Rows, 1, 40, 640), 16, 3, 10, "one token, 40 heads: 3 blocks of 16");
-  expect(layout(KvFormat::kV32Fp8, 1, 64, 2048), 16, 4, 32, "V3.2 h64, one token: 32 tiles, 32 splits either way");
-  expect(layout(KvFormat::kV32Fp8, 4, 64, 2048), 64, 1, 32, "V3.2 h64 b=2: 32-head blocks would give 16 splits");
-  expect(layout(v4, 4, 64, 1152), 64, 1, 18, "CONFIG3 b=2: 18 splits; 32-head blocks would give 9");
-  expect(layout(v4, 16, 32, 640), 64, 1, 5, "TP-h32 b=8: 16-head blocks would give 4 splits");
-  expect(layout(v4, 4, 16, 640), 64, 1, 10, "h16: one block of 16 either way");
+  expect(layout(KvFormat::kV32Fp8, 1, 64, 2048), 32, 2, 32, "V3.2 h64, one token: 32 splits of 1");
+  expect(layout(KvFormat::kV32Fp8, 4, 64, 2048), 32, 2, 16, "V3.2 h64 b=2: 16 splits of 2 (6.34 against 7.40 at 64)");
+  expect(layout(v4, 4, 64, 1152), 32, 2, 9, "CONFIG3 b=2: 9 splits of 2 (4.90 against 5.52 at 64)");
+  expect(layout(v4, 16, 32, 640), 64, 1, 5, "TP-h32 b=8: 16-head blocks would give 4 splits of 3");
+  expect(layout(v4, 4, 16, 640), 64, 1, 10, "h16: one block of 16 either way, the larger size kept");
+  expect(layout(v4, 6, 64, 640), 64, 1, 10, "CONFIG1 b=3: 60 CTAs of 1 tile");
+  expect(layout(v4, 12, 64, 640), 32, 2, 5, "CONFIG1 b=6: 5.50 against 5.87 at 64 (10 splits of 1)");
   expect(layout(v4, 128, 64, 640), 64, 1, 1, "CONFIG1 b=64: unsplit");
-  const Layout pairs = layout(v4, 4, 128, 1152);
-  expect(pairs, 64, 2, 9, "CONFIG2 b=2: CTA pairs; 32-head blocks would give 6 splits");
+  const Layout short_splits = layout(v4, 4, 128, 1152);
+  expect(short_splits, 64, 2, 9, "CONFIG2 b=2: 9 splits of 2, unpaired");
+  EXPECT_FALSE(short_splits.paired);
+  const Layout pairs = layout(v4, 16, 128, 1152);
+  expect(pairs, 64, 2, 4, "CONFIG2 b=8: 4 splits of 5 tiles, CTA pairs");
   EXPECT_TRUE(pairs.paired);
   const Layout single = layout(v4, 1, 128, 1152);
-  expect(single, 32, 4, 18, "SQ1-CONFIG2 b=1: 4 blocks of 32 keep 18 splits, 16 would make 9");
+  expect(single, 16, 8, 9, "SQ1-CONFIG2 b=1: 9 splits of 2 (4.37 against 4.47 at 32, 18 splits of 1)");
   EXPECT_FALSE(single.paired);
-  expect(layout(KvFormat::kV32Fp8, 1, 128, 2048), 32, 4, 32, "V3.2 h128, one token: 32 splits either way");
-  expect(layout(v4, 1, 96, 1152), 16, 6, 18, "one token, 96 heads: 6 blocks of 16 keep 18 splits");
+  expect(layout(KvFormat::kV32Fp8, 1, 128, 2048), 16, 8, 16, "V3.2 h128, one token: 16 splits of 2");
+  expect(layout(v4, 1, 96, 1152), 32, 3, 18, "one token, 96 heads: 3 blocks of 32");
   expect(layout(v4, 1, 256, 1152), 64, 4, 18, "256 heads: 64-head blocks");
   expect(layout(KvFormat::kBf16Rows, 4, 64, 640), 64, 1, 10, "bf16 rows: the copying kernel's blocks");
   TuningOptions forced;

@@ -8,7 +8,7 @@
 //   * packed MTP (h 8, s_q 2: the pack prepass and the portable kernel);
 //   * flat bf16 prefill, split and unsplit (max_logits too);
 // and on every cuda implementation in the registry that runs on this device
-// (cuda.sm90, also without CTA pairs for h > 64, and cuda.portable).
+// (cuda.sm90, also with CTA pairs forced and without them for h > 64, and cuda.portable).
 // The reference is also held to the semantics table (check_semantics).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
