@@ -267,6 +267,9 @@ Status choose_head_block_rows(const AttentionShape& shape, const TuningOptions& 
   int rows = forced;
   if (forced == 0) {
     if (shape.num_heads > 2 * kMaxTileRows || split->splits <= 1) return Status::Ok();
+    // Staging forced on: a gated call's direct grid shares one combine with the copying
+    // kernel's, whose blocks are 64 heads, so both must split alike (plan_staging).
+    if (tuning.sm90_stage_rows == TuningOptions::Switch::kOn && tiled_fp8_format(shape.kind)) return Status::Ok();
     if (plan->flags.pair_head_blocks && shape.num_heads > kMaxTileRows &&
         split->tiles_per_split >= kPairMinTilesPerSplit) {
       return Status::Ok();

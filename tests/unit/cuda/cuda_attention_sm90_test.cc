@@ -568,6 +568,10 @@ TEST(Sm90Plan, HeadBlockRows) {
   expect(layout(v4, 1, 96, 1152), 32, 3, 18, "one token, 96 heads: 3 blocks of 32");
   expect(layout(v4, 1, 256, 1152), 64, 4, 18, "256 heads: 64-head blocks");
   expect(layout(KvFormat::kBf16Rows, 4, 64, 640), 64, 1, 10, "bf16 rows: the copying kernel's blocks");
+  TuningOptions staged_on;  // a gated direct grid must split as the copying kernel's 64-head blocks do
+  staged_on.sm90_stage_rows = TuningOptions::Switch::kOn;
+  expect(layout(v4, 4, 64, 640, staged_on), 64, 1, 10, "staging forced, CONFIG1 b=2");
+  EXPECT_TRUE(layout(v4, 4, 128, 1152, staged_on).paired);
   TuningOptions forced;
   forced.sm90_head_block_rows = 16;
   expect(layout(v4, 128, 64, 640, forced), 16, 4, 1, "forced 16, unsplit");
