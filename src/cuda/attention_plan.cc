@@ -116,7 +116,7 @@ bool prefill_chunks(const AttentionShape& shape) { return shape.queries_per_requ
 // Fewer heads a block also means fewer splits, so more tiles a CTA. Over 99 timings
 // of 29 small-batch shapes (16, 32 and 64 heads a block; docs/PERF.md, session 29) the
 // step's time fits 2.5 us x tiles a split + 5.3 us x (heads a block / 64) + 5.9 us x
-// (CTAs / slots) + 0.16 us x splits (the combine's serial reads), rms 1.3 us, and
+// (CTAs / slots) + 0.16 us x splits, rms 1.3 us (bench/cuda/head_block_fit.py), and
 // the plan takes the size of least such cost, counted in tiles:
 constexpr double kHeadRowsCostPer64Heads = 2.1;  // 5.3 / 2.5
 constexpr double kCtaCostPerWave = 2.35;         // 5.9 / 2.5
@@ -126,6 +126,14 @@ constexpr int kHeadBlockRowsByPreference[] = {64, 32, 16};  // ties keep the lar
 // of one to three tiles a split timed both ways ran 3-9% faster unpaired.
 constexpr std::int64_t kPairMinTilesPerSplit = 4;
 // TuningOptions::sm90_head_block_rows forces a size.
+
+// The fitted time of a split small-batch launch, in tiles (the weights above).
+double fitted_cost_in_tiles(std::int64_t tiles_per_split, std::int64_t heads_per_block, std::int64_t ctas, int splits,
+                            std::int64_t slots) {
+  return static_cast<double>(tiles_per_split) +
+         kHeadRowsCostPer64Heads * static_cast<double>(heads_per_block) / kMaxTileRows +
+         kCtaCostPerWave * static_cast<double>(ctas) / static_cast<double>(slots) + kCostPerSplit * splits;
+}
 
 // Head blocks of `rows` heads that a token's h_q heads take.
 int head_blocks_of(const AttentionShape& shape, int rows) {
@@ -278,10 +286,8 @@ Status choose_head_block_rows(const AttentionShape& shape, const TuningOptions& 
     for (int candidate : kHeadBlockRowsByPreference) {
       const Split s = split_for(head_blocks_of(shape, candidate));
       if (s.splits <= 1) continue;  // the fit covers split launches only
-      const double heads = static_cast<double>(std::min<std::int64_t>(candidate, shape.num_heads));
-      const double cost = static_cast<double>(s.tiles_per_split) + kHeadRowsCostPer64Heads * heads / kMaxTileRows +
-                          kCtaCostPerWave * static_cast<double>(s.blocks * s.splits) / static_cast<double>(slots) +
-                          kCostPerSplit * s.splits;
+      const double cost = fitted_cost_in_tiles(s.tiles_per_split, std::min<std::int64_t>(candidate, shape.num_heads),
+                                               s.blocks * s.splits, s.splits, slots);
       if (rows == 0 || cost < least) {
         rows = candidate;
         least = cost;
