@@ -121,7 +121,7 @@ bool prefill_chunks(const AttentionShape& shape) { return shape.queries_per_requ
 constexpr double kHeadRowsCostPer64Heads = 2.1;  // 5.3 / 2.5
 constexpr double kCtaCostPerWave = 2.35;         // 5.9 / 2.5
 constexpr double kCostPerSplit = 0.063;          // 0.16 / 2.5
-constexpr int kHeadBlockRowsByPreference[] = {64, 32, 16};  // ties keep the larger blocks
+constexpr int kSmallHeadBlockRows[] = {32, 16};  // after 64; ties keep the larger blocks
 // CTA pairs (h_q 65-128) share the expansion of long CTAs, but the six split launches
 // of one to three tiles a split timed both ways ran 3-9% faster unpaired.
 constexpr std::int64_t kPairMinTilesPerSplit = 4;
@@ -282,18 +282,21 @@ Status choose_head_block_rows(const AttentionShape& shape, const TuningOptions& 
         split->tiles_per_split >= kPairMinTilesPerSplit) {
       return Status::Ok();
     }
-    double least = 0;
-    for (int candidate : kHeadBlockRowsByPreference) {
+    const auto cost_of = [&](const Split& s, int candidate) {
+      return fitted_cost_in_tiles(s.tiles_per_split, std::min<std::int64_t>(candidate, shape.num_heads),
+                                  s.blocks * s.splits, s.splits, slots);
+    };
+    rows = kMaxTileRows;  // `split` is its split
+    double least = cost_of(*split, kMaxTileRows);
+    for (int candidate : kSmallHeadBlockRows) {
       const Split s = split_for(head_blocks_of(shape, candidate));
       if (s.splits <= 1) continue;  // the fit covers split launches only
-      const double cost = fitted_cost_in_tiles(s.tiles_per_split, std::min<std::int64_t>(candidate, shape.num_heads),
-                                               s.blocks * s.splits, s.splits, slots);
-      if (rows == 0 || cost < least) {
+      const double cost = cost_of(s, candidate);
+      if (cost < least) {  // a tie keeps the larger blocks
         rows = candidate;
         least = cost;
       }
     }
-    if (rows == 0) return Status::Ok();
   }
   plan->head_block_rows = rows;
   plan->head_blocks = head_blocks_of(shape, rows);
