@@ -110,7 +110,7 @@ enum NamedBarrier : int {
 
 // A CTA pair (h_q 65..128: the two head blocks of a token, one cluster) splits
 // each tile's expansion: CTA `rank` expands keys [32 rank, 32 rank + 32) and
-// stores them into both CTAs' buffers, so each producer does half the work.
+// bulk-copies them into the peer's buffer, so each producer does half the work.
 inline constexpr int kPairKeys = kKeys / 2;
 
 template <int kDim>
@@ -286,17 +286,32 @@ __device__ __forceinline__ void write_output_half(const SparseAttentionParams& p
   }
 }
 
-// CTA pairs: the producers store every unit of this CTA's half of a tile into
-// the peer's copy of the buffer too, as they store it into their own (st.async,
-// completing on the peer's kPeerFull), so the peer's half lands unit by unit and
-// no producer waits for the others before it is sent.
-struct PeerMirror {
-  std::uint32_t peer_tile;  // the peer's K buffer (a shared::cluster address)
-  std::uint32_t peer_full;  // the peer's kPeerFull of that buffer
-  __device__ void operator()(std::uint32_t offset, const uint4& unit) const {
-    store_to_peer(peer_tile + offset, unit, peer_full);
+// CTA pairs: after the producers' stores of a tile, thread 0 sends this CTA's
+// half of buffer `buffer` (K rows and valid flags) into the peer's copy, once
+// the peer's consumers are done with it, and makes its own barrier expect the
+// peer's half.
+template <int kDim>
+__device__ __forceinline__ void send_half_to_peer(std::uint8_t* smem, int tile, int buffer, std::uint32_t rank,
+                                                  int thread) {
+  using Layout = Sm90Layout<kDim>;
+  named_barrier_sync(kProducers, 128);  // every producer thread's rows are in (and fenced)
+  if (thread != 0) return;
+  const std::uint32_t peer = rank ^ 1u;
+  const std::uint32_t full = smem_address(smem + Layout::kPeerFull + 8 * buffer);
+  const std::uint32_t peer_full = peer_address(full, peer);
+  if (tile >= 2) mbarrier_wait(smem_address(smem + Layout::kPeerEmpty + 8 * buffer), ((tile - 2) / 2) & 1);
+  mbarrier_arrive_expect_bytes(full, Layout::kPairBytes);
+  const std::uint32_t k_half =
+      smem_address(smem + Layout::kK + buffer * Layout::kTileBytes) + rank * Layout::kPairChunkBytes;
+#pragma unroll
+  for (int region = 0; region < kDim / 64; ++region) {
+    const std::uint32_t at = k_half + region * Layout::kChunkBytes;
+    bulk_copy_to_peer(peer_address(at, peer), at, Layout::kPairChunkBytes, peer_full);
   }
-};
+  const std::uint32_t valid_half = smem_address(smem + Layout::kValid) + (buffer * kKeys + rank * kPairKeys) * 4;
+  bulk_copy_to_peer(peer_address(valid_half, peer), valid_half, kPairKeys * 4, peer_full);
+  bulk_commit();
+}
 
 // mbarrier_wait, whose cycles thread 0 of the waiting warpgroup adds to the trace's
 // sum for `site` (SMLA_SM90_TRACE builds; otherwise only the wait).
@@ -313,27 +328,20 @@ __device__ __forceinline__ void sync_at(WaitSite site, int thread, int barrier, 
 }
 
 // The producers' two hand-offs of K buffer `buffer` around tile `tile`, the same
-// for both producers: wait until the consumers are done with the tile two back;
-// publish the stored tile to the consumers. In a pair every producer thread also
-// waits for the peer's consumers to be done with their copy (it stores into it),
-// and thread 0 makes this CTA's kPeerFull expect the peer's half of the tile (that
-// barrier's phase for the tile two back completed before this CTA's consumers
-// released the buffer).
+// for both producers: wait until the consumers (and, in a pair, the last bulk
+// sends) are done with the tile two back; publish the stored tile to the
+// consumers (and the peer).
 template <int kDim, bool kPair>
 __device__ __forceinline__ void wait_buffer_free(std::uint8_t* smem, int tile, int buffer, int thread) {
-  using Layout = Sm90Layout<kDim>;
-  if (tile >= 2) {
-    const std::uint32_t parity = ((tile - 2) / 2) & 1;
-    wait_at(kWaitProducerFree, thread, smem_address(smem + Layout::kConsumed + 8 * buffer), parity);
-    if constexpr (kPair) mbarrier_wait(smem_address(smem + Layout::kPeerEmpty + 8 * buffer), parity);
-  }
-  if (kPair && thread == 0) {
-    mbarrier_arrive_expect_bytes(smem_address(smem + Layout::kPeerFull + 8 * buffer), Layout::kPairBytes);
-  }
+  if (tile < 2) return;
+  if (kPair && thread == 0) bulk_wait_sources_read();  // the last sends from this buffer
+  const std::uint32_t consumed = smem_address(smem + Sm90Layout<kDim>::kConsumed + 8 * buffer);
+  wait_at(kWaitProducerFree, thread, consumed, ((tile - 2) / 2) & 1);
 }
-template <int kDim>
-__device__ __forceinline__ void publish_tile(std::uint8_t* smem, int buffer) {
-  fence_view_async_shared();  // this CTA's stores, for wgmma (async proxy)
+template <int kDim, bool kPair>
+__device__ __forceinline__ void publish_tile(std::uint8_t* smem, int tile, int buffer, std::uint32_t rank, int thread) {
+  fence_view_async_shared();  // for wgmma and the bulk copy (async proxy)
+  if constexpr (kPair) send_half_to_peer<kDim>(smem, tile, buffer, rank, thread);
   named_barrier_arrive(kFull0 + buffer, kThreads);
 }
 
@@ -394,24 +402,11 @@ __device__ __forceinline__ void run_producer(const SparseAttentionParams& p, std
     const float fp8_scale = key_source(p, keys[current].source).fp8_scale;
     if (thread == 0 && round == 0) trace_when_loaded(kTraceRows0In, shares[current].units[0].x);
     if (thread == 0) trace_wait_for_load(kWaitProducerRows, shares[current].units[0].x);
-    std::uint8_t* k_buffer = smem + Layout::kK + buffer * Layout::kTileBytes;
-    int* valid = valid_s + buffer * kKeys + key;
-    const int flag = keys[current].valid ? 1 : 0;
-    if constexpr (kPair) {
-      const std::uint32_t peer = rank ^ 1u;
-      const PeerMirror mirror{peer_address(smem_address(k_buffer), peer),
-                              peer_address(smem_address(smem + Layout::kPeerFull + 8 * buffer), peer)};
-      Loader::template store<kFastScaleDecode && kLean>(k_buffer, key, part, shares[current], fp8_scale, mirror);
-      if (part == 0) {
-        *valid = flag;
-        store_to_peer(peer_address(smem_address(valid), peer), static_cast<std::uint32_t>(flag), mirror.peer_full);
-      }
-    } else {
-      Loader::template store<kFastScaleDecode && kLean>(k_buffer, key, part, shares[current], fp8_scale);
-      if (part == 0) *valid = flag;
-    }
+    Loader::template store<kFastScaleDecode && kLean>(smem + Layout::kK + buffer * Layout::kTileBytes, key, part,
+                                                      shares[current], fp8_scale);
+    if (part == 0) valid_s[buffer * kKeys + key] = keys[current].valid ? 1 : 0;
     if (round % kRounds == kRounds - 1) {
-      publish_tile<Loader::kDim>(smem, buffer);
+      publish_tile<Loader::kDim, kPair>(smem, tile, buffer, rank, thread);
       if (thread == 0 && tile == 0) trace(kTraceTile0Stored);
       if (thread == 0 && tile == num_tiles - 1) trace(kTraceLastTileStored);
     }
@@ -448,6 +443,7 @@ __device__ __forceinline__ void run_producer(const SparseAttentionParams& p, std
   } else {
     run_moving();
   }
+  if (kPair && thread == 0) bulk_wait_sources_read();  // before the CTA may exit
 }
 
 // Once a consumer thread's P V is done (the wgmma wait covers its reads of the
@@ -455,8 +451,8 @@ __device__ __forceinline__ void run_producer(const SparseAttentionParams& p, std
 // arrives, because an mbarrier arrival releases only the arriving thread's own
 // accesses (one lane per warp after __syncwarp measured no faster, and racecheck
 // reported the other lanes' reads). A CTA pair's consumers also tell the peer's
-// producer, one arrival per warp, that it may store the next half into this buffer
-// (its stores are ordered after its wait).
+// producer, one arrival per warp, that it may send the next half into this buffer
+// (that write is a bulk copy, ordered after the peer's wait).
 template <int kDim, bool kPair>
 __device__ __forceinline__ void release_buffer(std::uint8_t* smem, int tile, int num_tiles, int buffer, int lane,
                                                std::uint32_t rank) {

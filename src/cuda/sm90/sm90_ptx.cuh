@@ -116,22 +116,6 @@ __device__ __forceinline__ void bulk_copy_to_peer(std::uint32_t peer_destination
       "r"(source), "r"(bytes), "r"(peer_barrier)
       : "memory");
 }
-// 16 bytes (or 4) into the peer CTA's shared memory (a shared::cluster address),
-// completing their bytes on the peer's barrier: a CTA pair's producers write each
-// expanded unit to their own buffer and, by this, to the peer's at once.
-__device__ __forceinline__ void store_to_peer(std::uint32_t peer_destination, const uint4& value,
-                                              std::uint32_t peer_barrier) {
-  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];\n" ::"r"(
-                   peer_destination),
-               "r"(value.x), "r"(value.y), "r"(value.z), "r"(value.w), "r"(peer_barrier)
-               : "memory");
-}
-__device__ __forceinline__ void store_to_peer(std::uint32_t peer_destination, std::uint32_t value,
-                                              std::uint32_t peer_barrier) {
-  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];\n" ::"r"(peer_destination),
-               "r"(value), "r"(peer_barrier)
-               : "memory");
-}
 // One box of a 3-D tensor map (a __grid_constant__ parameter) into this CTA's shared
 // memory at coordinates {x, y, z}, completing `bytes` on the barrier.
 __device__ __forceinline__ void tensor_load_3d(std::uint32_t destination, const void* tensor_map, int x, int y, int z,

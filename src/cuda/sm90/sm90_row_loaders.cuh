@@ -23,11 +23,6 @@ namespace smla::cuda::sm90 {
 
 struct NoScales {};
 
-// Sm90RowLoader::store's default: the stored units go nowhere else.
-struct NoMirror {
-  __device__ void operator()(std::uint32_t /*offset*/, const uint4& /*unit*/) const {}
-};
-
 // What an invalid key's loads read (Sm90RowLoader::load): zero bytes, as long as the
 // longest row (V3.2's 656 bytes) and aligned for 16-byte loads, and scale bytes 0x7F
 // (V4: 2^0, which keeps the fast scale decoding; V3.2: a finite f32): zero rows either way.
@@ -278,11 +273,8 @@ struct Sm90RowLoader {
   // unit < kFp8Units instead left a runtime branch per unit; V3.2 prefill +4%).
   // kDecodedScales: a format's scales decoded once for the whole share (V4Units::decode_scales),
   // else each unit's on its own (unit_scale).
-  // mirror(offset, unit): called with every 16-byte unit stored and its byte offset in
-  // the tile (a CTA pair's producers send it to the peer's buffer too).
-  template <bool kDecodedScales, class Mirror = NoMirror>
-  __device__ static void store(std::uint8_t* tile, int key, int part, const Share& share, float fp8_scale,
-                               const Mirror& mirror = {}) {
+  template <bool kDecodedScales>
+  __device__ static void store(std::uint8_t* tile, int key, int part, const Share& share, float fp8_scale) {
     constexpr bool kDecoded = kDecodedScales && requires { Units::kDecodesScales; };
     [[maybe_unused]] const auto decoded = [&] {
       if constexpr (kDecoded) {
@@ -306,12 +298,9 @@ struct Sm90RowLoader {
         }
         *reinterpret_cast<uint4*>(tile + element_offset(key, dim)) = low;
         *reinterpret_cast<uint4*>(tile + element_offset(key, dim + 8)) = high;
-        mirror(element_offset(key, dim), low);
-        mirror(element_offset(key, dim + 8), high);
       } else {
         const int dim = 16 * Units::kFp8Units + 8 * (unit - Units::kFp8Units);
         *reinterpret_cast<uint4*>(tile + element_offset(key, dim)) = share.units[j];
-        mirror(element_offset(key, dim), share.units[j]);
       }
     }
   }
