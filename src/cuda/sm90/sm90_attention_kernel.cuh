@@ -286,30 +286,37 @@ __device__ __forceinline__ void write_output_half(const SparseAttentionParams& p
   }
 }
 
-// CTA pairs: after the producers' stores of a tile, thread 0 sends this CTA's
-// half of buffer `buffer` (K rows and valid flags) into the peer's copy, once
-// the peer's consumers are done with it, and makes its own barrier expect the
-// peer's half.
-template <int kDim>
-__device__ __forceinline__ void send_half_to_peer(std::uint8_t* smem, int tile, int buffer, std::uint32_t rank,
-                                                  int thread) {
-  using Layout = Sm90Layout<kDim>;
-  named_barrier_sync(kProducers, 128);  // every producer thread's rows are in (and fenced)
-  if (thread != 0) return;
+// CTA pairs: once a producer warp's rows of a tile are stored, its lane 0 sends
+// them (K rows and valid flags) into the peer's copy of buffer `buffer`, once the
+// peer's consumers are done with it. A warp's keys of a round are kWarpRows
+// consecutive rows, so each 64-row region takes one bulk copy a round. (One thread
+// sending the CTA's half after all 128 producers met at a barrier waited for the
+// slowest warp; each unit sent by st.async as it was stored measured 13-33% slower
+// on the paired b >= 64 cases, docs/PERF.md.)
+template <class Loader>
+__device__ __forceinline__ void send_warp_rows_to_peer(std::uint8_t* smem, int tile, int buffer, std::uint32_t rank,
+                                                       int warp) {
+  using Layout = Sm90Layout<Loader::kDim>;
+  constexpr int kKeysPerRound = 128 / Loader::kParts;
+  constexpr int kRounds = kPairKeys / kKeysPerRound;
+  constexpr int kWarpRows = kKeysPerRound / 4;  // Loader::key_of: warp w's keys of a round are kWarpRows w ...
+  static_assert(kRounds * kKeysPerRound == kPairKeys && kWarpRows * 4 % 16 == 0);
   const std::uint32_t peer = rank ^ 1u;
-  const std::uint32_t full = smem_address(smem + Layout::kPeerFull + 8 * buffer);
-  const std::uint32_t peer_full = peer_address(full, peer);
+  const std::uint32_t peer_full = peer_address(smem_address(smem + Layout::kPeerFull + 8 * buffer), peer);
   if (tile >= 2) mbarrier_wait(smem_address(smem + Layout::kPeerEmpty + 8 * buffer), ((tile - 2) / 2) & 1);
-  mbarrier_arrive_expect_bytes(full, Layout::kPairBytes);
-  const std::uint32_t k_half =
-      smem_address(smem + Layout::kK + buffer * Layout::kTileBytes) + rank * Layout::kPairChunkBytes;
+  const std::uint32_t k_tile = smem_address(smem + Layout::kK + buffer * Layout::kTileBytes);
+  const std::uint32_t valid = smem_address(smem + Layout::kValid) + buffer * kKeys * 4;
 #pragma unroll
-  for (int region = 0; region < kDim / 64; ++region) {
-    const std::uint32_t at = k_half + region * Layout::kChunkBytes;
-    bulk_copy_to_peer(peer_address(at, peer), at, Layout::kPairChunkBytes, peer_full);
+  for (int round = 0; round < kRounds; ++round) {
+    const int row = static_cast<int>(rank) * kPairKeys + round * kKeysPerRound + warp * kWarpRows;
+#pragma unroll
+    for (int region = 0; region < Loader::kDim / 64; ++region) {
+      const std::uint32_t at = k_tile + region * Layout::kChunkBytes + row * kSwizzleRowBytes;
+      bulk_copy_to_peer(peer_address(at, peer), at, kWarpRows * kSwizzleRowBytes, peer_full);
+    }
+    const std::uint32_t flags = valid + row * 4;
+    bulk_copy_to_peer(peer_address(flags, peer), flags, kWarpRows * 4, peer_full);
   }
-  const std::uint32_t valid_half = smem_address(smem + Layout::kValid) + (buffer * kKeys + rank * kPairKeys) * 4;
-  bulk_copy_to_peer(peer_address(valid_half, peer), valid_half, kPairKeys * 4, peer_full);
   bulk_commit();
 }
 
@@ -331,17 +338,29 @@ __device__ __forceinline__ void sync_at(WaitSite site, int thread, int barrier, 
 // for both producers: wait until the consumers (and, in a pair, the last bulk
 // sends) are done with the tile two back; publish the stored tile to the
 // consumers (and the peer).
+// In a pair, thread 0 also makes this CTA's kPeerFull expect the peer's half of the
+// tile (that barrier's phase for the tile two back completed before this CTA's
+// consumers released the buffer), and each warp's sends from the buffer must have
+// read it before the warp stores into it again.
 template <int kDim, bool kPair>
 __device__ __forceinline__ void wait_buffer_free(std::uint8_t* smem, int tile, int buffer, int thread) {
-  if (tile < 2) return;
-  if (kPair && thread == 0) bulk_wait_sources_read();  // the last sends from this buffer
-  const std::uint32_t consumed = smem_address(smem + Sm90Layout<kDim>::kConsumed + 8 * buffer);
-  wait_at(kWaitProducerFree, thread, consumed, ((tile - 2) / 2) & 1);
+  using Layout = Sm90Layout<kDim>;
+  if (tile >= 2) {
+    if (kPair && thread % 32 == 0) bulk_wait_sources_read();  // this warp's last sends from this buffer
+    if constexpr (kPair) __syncwarp();
+    wait_at(kWaitProducerFree, thread, smem_address(smem + Layout::kConsumed + 8 * buffer), ((tile - 2) / 2) & 1);
+  }
+  if (kPair && thread == 0) {
+    mbarrier_arrive_expect_bytes(smem_address(smem + Layout::kPeerFull + 8 * buffer), Layout::kPairBytes);
+  }
 }
-template <int kDim, bool kPair>
+template <class Loader, bool kPair>
 __device__ __forceinline__ void publish_tile(std::uint8_t* smem, int tile, int buffer, std::uint32_t rank, int thread) {
   fence_view_async_shared();  // for wgmma and the bulk copy (async proxy)
-  if constexpr (kPair) send_half_to_peer<kDim>(smem, tile, buffer, rank, thread);
+  if constexpr (kPair) {
+    __syncwarp();  // the warp's stores, before lane 0's copy reads them
+    if (thread % 32 == 0) send_warp_rows_to_peer<Loader>(smem, tile, buffer, rank, thread / 32);
+  }
   named_barrier_arrive(kFull0 + buffer, kThreads);
 }
 
@@ -406,7 +425,7 @@ __device__ __forceinline__ void run_producer(const SparseAttentionParams& p, std
                                                       shares[current], fp8_scale);
     if (part == 0) valid_s[buffer * kKeys + key] = keys[current].valid ? 1 : 0;
     if (round % kRounds == kRounds - 1) {
-      publish_tile<Loader::kDim, kPair>(smem, tile, buffer, rank, thread);
+      publish_tile<Loader, kPair>(smem, tile, buffer, rank, thread);
       if (thread == 0 && tile == 0) trace(kTraceTile0Stored);
       if (thread == 0 && tile == num_tiles - 1) trace(kTraceLastTileStored);
     }
@@ -443,7 +462,7 @@ __device__ __forceinline__ void run_producer(const SparseAttentionParams& p, std
   } else {
     run_moving();
   }
-  if (kPair && thread == 0) bulk_wait_sources_read();  // before the CTA may exit
+  if (kPair && thread % 32 == 0) bulk_wait_sources_read();  // before the CTA may exit
 }
 
 // Once a consumer thread's P V is done (the wgmma wait covers its reads of the
