@@ -286,13 +286,43 @@ __device__ __forceinline__ void write_output_half(const SparseAttentionParams& p
   }
 }
 
-// CTA pairs: once a producer warp's rows of a tile are stored, its lane 0 sends
-// them (K rows and valid flags) into the peer's copy of buffer `buffer`, once the
-// peer's consumers are done with it. A warp's keys of a round are kWarpRows
-// consecutive rows, so each 64-row region takes one bulk copy a round. (One thread
-// sending the CTA's half after all 128 producers met at a barrier waited for the
-// slowest warp; each unit sent by st.async as it was stored measured 13-33% slower
-// on the paired b >= 64 cases, docs/PERF.md.)
+// How a CTA pair's producers send their half of a tile to the peer (below).
+template <class Loader>
+inline constexpr bool kPeerSendsByWarp = Loader::kDim > kValueDim;
+
+// CTA pairs: after the producers' stores of a tile, thread 0 sends this CTA's
+// half of buffer `buffer` (K rows and valid flags) into the peer's copy, once
+// the peer's consumers are done with it, and makes its own barrier expect the
+// peer's half.
+template <int kDim>
+__device__ __forceinline__ void send_half_to_peer(std::uint8_t* smem, int tile, int buffer, std::uint32_t rank,
+                                                  int thread) {
+  using Layout = Sm90Layout<kDim>;
+  named_barrier_sync(kProducers, 128);  // every producer thread's rows are in (and fenced)
+  if (thread != 0) return;
+  const std::uint32_t peer = rank ^ 1u;
+  const std::uint32_t full = smem_address(smem + Layout::kPeerFull + 8 * buffer);
+  const std::uint32_t peer_full = peer_address(full, peer);
+  if (tile >= 2) mbarrier_wait(smem_address(smem + Layout::kPeerEmpty + 8 * buffer), ((tile - 2) / 2) & 1);
+  mbarrier_arrive_expect_bytes(full, Layout::kPairBytes);
+  const std::uint32_t k_half =
+      smem_address(smem + Layout::kK + buffer * Layout::kTileBytes) + rank * Layout::kPairChunkBytes;
+#pragma unroll
+  for (int region = 0; region < kDim / 64; ++region) {
+    const std::uint32_t at = k_half + region * Layout::kChunkBytes;
+    bulk_copy_to_peer(peer_address(at, peer), at, Layout::kPairChunkBytes, peer_full);
+  }
+  const std::uint32_t valid_half = smem_address(smem + Layout::kValid) + (buffer * kKeys + rank * kPairKeys) * 4;
+  bulk_copy_to_peer(peer_address(valid_half, peer), valid_half, kPairKeys * 4, peer_full);
+  bulk_commit();
+}
+
+// ... or, for V3.2's d 576 rows, each producer warp's lane 0 sends the warp's rows
+// of the tile as soon as they are stored: no warp waits for the slowest. A warp's
+// keys of a round are kWarpRows consecutive rows, so each 64-row region takes one
+// bulk copy a round. Measured (docs/PERF.md, session 30): V3.2 b = 128 4.6% faster
+// by warp, the V4 pairs (d 512) 0.6-2.2% slower, so they keep the meeting. Each
+// unit sent by st.async as it was stored (as FlashMLA does) was 13-33% slower.
 template <class Loader>
 __device__ __forceinline__ void send_warp_rows_to_peer(std::uint8_t* smem, int tile, int buffer, std::uint32_t rank,
                                                        int warp) {
@@ -338,28 +368,32 @@ __device__ __forceinline__ void sync_at(WaitSite site, int thread, int barrier, 
 // for both producers: wait until the consumers (and, in a pair, the last bulk
 // sends) are done with the tile two back; publish the stored tile to the
 // consumers (and the peer).
-// In a pair, thread 0 also makes this CTA's kPeerFull expect the peer's half of the
-// tile (that barrier's phase for the tile two back completed before this CTA's
-// consumers released the buffer), and each warp's sends from the buffer must have
-// read it before the warp stores into it again.
-template <int kDim, bool kPair>
+// Sent by warp, thread 0 also makes this CTA's kPeerFull expect the peer's half of
+// the tile here (that barrier's phase for the tile two back completed before this
+// CTA's consumers released the buffer), and each warp's sends from the buffer must
+// have read it before the warp stores into it again.
+template <class Loader, bool kPair>
 __device__ __forceinline__ void wait_buffer_free(std::uint8_t* smem, int tile, int buffer, int thread) {
-  using Layout = Sm90Layout<kDim>;
+  using Layout = Sm90Layout<Loader::kDim>;
+  constexpr bool kByWarp = kPair && kPeerSendsByWarp<Loader>;
   if (tile >= 2) {
-    if (kPair && thread % 32 == 0) bulk_wait_sources_read();  // this warp's last sends from this buffer
-    if constexpr (kPair) __syncwarp();
+    if (kByWarp && thread % 32 == 0) bulk_wait_sources_read();  // this warp's last sends from this buffer
+    if (kPair && !kByWarp && thread == 0) bulk_wait_sources_read();  // the last sends from this buffer
+    if constexpr (kByWarp) __syncwarp();
     wait_at(kWaitProducerFree, thread, smem_address(smem + Layout::kConsumed + 8 * buffer), ((tile - 2) / 2) & 1);
   }
-  if (kPair && thread == 0) {
+  if (kByWarp && thread == 0) {
     mbarrier_arrive_expect_bytes(smem_address(smem + Layout::kPeerFull + 8 * buffer), Layout::kPairBytes);
   }
 }
 template <class Loader, bool kPair>
 __device__ __forceinline__ void publish_tile(std::uint8_t* smem, int tile, int buffer, std::uint32_t rank, int thread) {
   fence_view_async_shared();  // for wgmma and the bulk copy (async proxy)
-  if constexpr (kPair) {
+  if constexpr (kPair && kPeerSendsByWarp<Loader>) {
     __syncwarp();  // the warp's stores, before lane 0's copy reads them
     if (thread % 32 == 0) send_warp_rows_to_peer<Loader>(smem, tile, buffer, rank, thread / 32);
+  } else if constexpr (kPair) {
+    send_half_to_peer<Loader::kDim>(smem, tile, buffer, rank, thread);
   }
   named_barrier_arrive(kFull0 + buffer, kThreads);
 }
@@ -416,7 +450,7 @@ __device__ __forceinline__ void run_producer(const SparseAttentionParams& p, std
     load_share(keys[incoming], shares[incoming]);
     const int tile = round / kRounds;
     const int buffer = tile & 1;
-    if (round % kRounds == 0) wait_buffer_free<Loader::kDim, kPair>(smem, tile, buffer, thread);
+    if (round % kRounds == 0) wait_buffer_free<Loader, kPair>(smem, tile, buffer, thread);
     const int key = first_row + (round % kRounds) * kKeysPerRound + key_in_round;
     const float fp8_scale = key_source(p, keys[current].source).fp8_scale;
     if (thread == 0 && round == 0) trace_when_loaded(kTraceRows0In, shares[current].units[0].x);
@@ -462,7 +496,7 @@ __device__ __forceinline__ void run_producer(const SparseAttentionParams& p, std
   } else {
     run_moving();
   }
-  if (kPair && thread % 32 == 0) bulk_wait_sources_read();  // before the CTA may exit
+  if (kPair && (kPeerSendsByWarp<Loader> ? thread % 32 == 0 : thread == 0)) bulk_wait_sources_read();  // before the CTA may exit
 }
 
 // Once a consumer thread's P V is done (the wgmma wait covers its reads of the
