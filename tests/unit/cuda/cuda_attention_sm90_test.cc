@@ -79,6 +79,19 @@ TEST(CudaSm90Attention, TileEdgeLengths) {
       expect_decode_matches(o, "heads " + std::to_string(heads) + " keys " + std::to_string(keys));
     }
   }
+  // V3.2 pairs send each producer warp's 8 rows of a tile on their own (kPeerSendsByWarp):
+  // lengths around those 8-key edges, inside either CTA's half and past a tile.
+  for (std::int64_t keys : {1, 7, 8, 9, 40, 63, 64, 65, 100, 129}) {
+    testkit::DecodeCaseOptions o = long_v4_case();
+    o.format = KvFormat::kV32Fp8;
+    o.num_heads = 128;
+    o.main_topk = keys;
+    o.main_page_size = 64;
+    o.extra_topk = 0;
+    o.main_context = 300;
+    o.seed = static_cast<std::uint64_t>(keys) + 500;
+    expect_decode_matches(o, "v3.2 heads 128 keys " + std::to_string(keys));
+  }
 }
 
 // Unpaired FP8 CTAs (h_q <= 64) of 0 to 9 tiles each: enough tokens that the plan does
