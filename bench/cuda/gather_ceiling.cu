@@ -2,6 +2,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <random>
 #include <vector>
@@ -63,6 +64,7 @@ GatherCeiling measure_depth(const GatherRun& run) {
   check_cuda(cudaFuncSetAttribute(row_gather_kernel<kStages>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes),
              "shared memory");
   GatherCeiling ceiling;
+  ceiling.ctas = run.ctas;
   ceiling.in_flight_kb = kSharedBytes / 1024;
   ceiling.median_us = median_launch_us(run.warmup, run.runs, [&] {
     row_gather_kernel<kStages><<<run.ctas, kThreads, kSharedBytes>>>(run.pool, run.order);
@@ -70,7 +72,7 @@ GatherCeiling measure_depth(const GatherRun& run) {
   });
   const double bytes = static_cast<double>(run.ctas) * kRowsPerCta * kRowBytes;
   ceiling.tbps = bytes / (ceiling.median_us * 1e-6) / 1e12;
-  ceiling.gbps_per_sm = ceiling.tbps * 1e3 / run.ctas;  // one CTA an SM
+  ceiling.gbps_per_sm = ceiling.tbps * 1e3 / run.ctas;  // one CTA an SM (128 KB and more: no room for a second)
   return ceiling;
 }
 
@@ -93,7 +95,15 @@ std::vector<GatherCeiling> measure_row_gather_ceiling(std::int64_t pool_rows, in
              "copy");
   const GatherRun run{static_cast<const std::uint8_t*>(pool.data()), static_cast<const std::uint32_t*>(device_order.data()),
                       sms, warmup, runs};
-  return {measure_depth<1>(run), measure_depth<2>(run), measure_depth<4>(run), measure_depth<6>(run)};
+  std::vector<GatherCeiling> curve = {measure_depth<1>(run), measure_depth<2>(run), measure_depth<4>(run),
+                                      measure_depth<6>(run)};
+  // Fewer SMs pulling, each with 128 KB in flight (more than half an SM's shared memory: one CTA an SM).
+  for (const int share : {2, 4}) {
+    GatherRun fewer = run;
+    fewer.ctas = std::max(sms / share, 1);
+    curve.push_back(measure_depth<4>(fewer));
+  }
+  return curve;
 }
 
 }  // namespace smla::bench

@@ -373,14 +373,15 @@ int main_impl(int argc, char** argv) {
     for (const std::int64_t pool_rows : {std::int64_t{8192}, std::int64_t{131072}}) {
       const std::vector<GatherCeiling> curve = measure_row_gather_ceiling(pool_rows, 3, 20);
       std::printf("row gather ceiling, random 1 KB rows of a %lld MB pool into shared memory (median of 20), "
-                  "GB/s an SM (TB/s) by KB in flight:",
+                  "GB/s an SM (TB/s) by SMs x KB in flight:",
                   static_cast<long long>(pool_rows / 1024));
       for (const GatherCeiling& gather : curve) {
         report["row_gather_ceiling"].push_back({{"pool_mb", pool_rows / 1024},
+                                                {"ctas", gather.ctas},
                                                 {"in_flight_kb", gather.in_flight_kb},
                                                 {"tbps", gather.tbps},
                                                 {"gbps_per_sm", gather.gbps_per_sm}});
-        std::printf(" %d: %.1f (%.2f)", gather.in_flight_kb, gather.gbps_per_sm, gather.tbps);
+        std::printf(" %dx%d: %.1f (%.2f)", gather.ctas, gather.in_flight_kb, gather.gbps_per_sm, gather.tbps);
       }
       std::printf("\n");
     }
