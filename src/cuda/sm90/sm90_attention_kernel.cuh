@@ -367,11 +367,10 @@ __device__ __forceinline__ void sync_at(WaitSite site, int thread, int barrier, 
 // The producers' two hand-offs of K buffer `buffer` around tile `tile`, the same
 // for both producers: wait until the consumers (and, in a pair, the last bulk
 // sends) are done with the tile two back; publish the stored tile to the
-// consumers (and the peer).
-// Sent by warp, thread 0 also makes this CTA's kPeerFull expect the peer's half of
-// the tile here (that barrier's phase for the tile two back completed before this
-// CTA's consumers released the buffer), and each warp's sends from the buffer must
-// have read it before the warp stores into it again.
+// consumers (and the peer). Sent by warp, thread 0 also makes this CTA's kPeerFull
+// expect the peer's half of the tile here (that barrier's phase for the tile two
+// back completed before this CTA's consumers released the buffer), and each warp's
+// sends from the buffer must have read it before the warp stores into it again.
 template <class Loader, bool kPair>
 __device__ __forceinline__ void wait_buffer_free(std::uint8_t* smem, int tile, int buffer, int thread) {
   using Layout = Sm90Layout<Loader::kDim>;
@@ -496,7 +495,8 @@ __device__ __forceinline__ void run_producer(const SparseAttentionParams& p, std
   } else {
     run_moving();
   }
-  if (kPair && (kPeerSendsByWarp<Loader> ? thread % 32 == 0 : thread == 0)) bulk_wait_sources_read();  // before the CTA may exit
+  // Before the CTA may exit, every sender's copies have read their source.
+  if (kPair && (kPeerSendsByWarp<Loader> ? thread % 32 == 0 : thread == 0)) bulk_wait_sources_read();
 }
 
 // Once a consumer thread's P V is done (the wgmma wait covers its reads of the
