@@ -16,8 +16,10 @@
 // (queries_per_request = s_q, the reported us) and unpacked (unpacked_us).
 //
 //   smla_bench_cuda [--cases FILE] [--prefill-cases FILE] [--no-decode] [--no-prefill] [--json OUT]
-//                   [--runs N] [--warmup N] [--filter TEXT] [--b N] [--check-max-b N]
+//                   [--runs N] [--warmup N] [--filter TEXT] [--b N] [--check-max-b N] [--tma-row-probe]
 // --filter runs the cases whose label contains TEXT, or, as "=LABEL", that label alone.
+// --tma-row-probe runs only bench/cuda/tma_row_probe.h's probe (a process of its own:
+// a box the device refuses may leave the context unusable).
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
@@ -36,6 +38,7 @@
 
 #include "bench/cuda/bench_util.h"
 #include "bench/cuda/gather_ceiling.h"
+#include "bench/cuda/tma_row_probe.h"
 #include "bench/cuda/gpu_prefill_bench.h"
 #include "bench/cuda/mma_ceiling.h"
 #include "smla/attention.h"
@@ -61,6 +64,7 @@ struct Options {
   bool decode = true;
   bool prefill = true;
   std::string json_path = "gpu_bench.json";
+  bool tma_row_probe = false;
   int runs = 30;
   int warmup = 5;
   int check_max_b = 2;
@@ -341,10 +345,13 @@ int main_impl(int argc, char** argv) {
       o.only_b = std::atoll(argv[++i]);
     } else if (arg == "--check-max-b" && has_value) {
       o.check_max_b = std::atoi(argv[++i]);
+    } else if (arg == "--tma-row-probe") {
+      o.tma_row_probe = true;
     } else {
       std::fprintf(stderr,
                    "usage: smla_bench_cuda [--cases FILE] [--prefill-cases FILE] [--no-decode] [--no-prefill] [--json OUT] "
-                   "[--runs N] [--warmup N] [--filter TEXT] [--b N] [--check-max-b N]\nunknown or incomplete argument: %s\n",
+                   "[--runs N] [--warmup N] [--filter TEXT] [--b N] [--check-max-b N] [--tma-row-probe]\n"
+                   "unknown or incomplete argument: %s\n",
                    arg.c_str());
       return 2;
     }
@@ -357,6 +364,26 @@ int main_impl(int argc, char** argv) {
   check_cuda(cudaGetDeviceProperties(&prop, 0), "properties");
   nlohmann::json report = {{"device", prop.name}, {"sm_count", prop.multiProcessorCount}, {"results", nlohmann::json::array()}};
   std::printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
+  if (o.tma_row_probe) {
+    for (const std::int64_t pool_rows : {std::int64_t{8192}, std::int64_t{131072}}) {
+      const TmaRowProbe probe = probe_tma_row_gathers(pool_rows, 3, 20);
+      if (!probe.ran) {
+        std::printf("tma row probe: not run (%s)\n", probe.skipped.c_str());
+        break;
+      }
+      std::printf("tma row probe, %lld MB pool: %lld of %lld 16-byte units misplaced (0: one-row boxes land swizzled "
+                  "by address); gathers %.1f GB/s an SM, multicast by CTA pairs %.1f GB/s an SM\n",
+                  static_cast<long long>(pool_rows / 1024), static_cast<long long>(probe.misplaced_units),
+                  static_cast<long long>(probe.checked_units), probe.gbps_per_sm, probe.multicast_gbps_per_sm);
+      report["tma_row_probe"].push_back({{"pool_mb", pool_rows / 1024},
+                                         {"checked_units", probe.checked_units},
+                                         {"misplaced_units", probe.misplaced_units},
+                                         {"gbps_per_sm", probe.gbps_per_sm},
+                                         {"multicast_gbps_per_sm", probe.multicast_gbps_per_sm}});
+    }
+    std::ofstream(o.json_path) << report.dump(1) << "\n";
+    return 0;
+  }
   // The tensor-core ceiling of the instruction the kernels use, measured here.
   const MmaCeiling ceiling = measure_mma_sync_ceiling(3, 20);
   report["mma_sync_ceiling_tflops"] = ceiling.tflops;

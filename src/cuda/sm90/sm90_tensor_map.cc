@@ -5,12 +5,10 @@
 #include <cudaTypedefs.h>
 
 namespace smla::cuda::sm90 {
-namespace {
 
 static_assert(sizeof(CUtensorMap) == sizeof(SparseAttentionParams::q_tensor_map) &&
               alignof(CUtensorMap) <= alignof(SparseAttentionParams));
 
-// The driver's encoder, looked up once (nullptr where the driver has none).
 PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   static const PFN_cuTensorMapEncodeTiled_v12000 encoder = [] {
     void* function = nullptr;
@@ -25,8 +23,6 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   }();
   return encoder;
 }
-
-}  // namespace
 
 void encode_query_tensor_map(SparseAttentionParams* p, int d_qk) {
   p->q_by_tensor_map = false;

@@ -1,9 +1,14 @@
 // Internal: the host side of the sm90 kernel's tensor-memory-accelerator loads.
 #pragma once
 
+#include <cudaTypedefs.h>
+
 #include "src/cuda/common/sparse_attention_params.h"
 
 namespace smla::cuda::sm90 {
+
+// The driver's cuTensorMapEncodeTiled, looked up once; nullptr where the driver has none.
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder();
 
 // Encodes the tensor map of Q's 64-head x 64-value boxes (128-byte swizzled, the
 // layout wgmma reads; heads past h_q arrive as zeros) into p->q_tensor_map and sets
