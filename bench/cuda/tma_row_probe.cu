@@ -112,7 +112,7 @@ __global__ void tma_row_check_kernel(const __grid_constant__ CUtensorMap map, co
 // both). Nothing reads the rows.
 template <bool kMulticast>
 __global__ void __launch_bounds__(32, 1) tma_row_gather_kernel(const __grid_constant__ CUtensorMap map,
-                                                               const std::uint32_t* order, int* ran) {
+                                                               const std::uint32_t* order) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(16) std::uint8_t smem_raw[];
   __shared__ __align__(8) std::uint64_t full[kStages];
@@ -163,9 +163,8 @@ __global__ void __launch_bounds__(32, 1) tma_row_gather_kernel(const __grid_cons
     sm90::mbarrier_wait(smem_address(&full[stage % kStages]), (stage / kStages) & 1);
   }
   if constexpr (kMulticast) sm90::cluster_sync();  // no CTA leaves while the other may still write into it
-  if (blockIdx.x == 0 && lane == 0) *ran = 1;
 #else
-  (void)map, (void)order, (void)ran;
+  (void)map, (void)order;
 #endif
 }
 
@@ -247,14 +246,13 @@ TmaRowProbe probe_tma_row_gathers(std::int64_t pool_rows, int warmup, int runs) 
   cudatest::DeviceBuffer device_order(order.size() * 4);
   check_cuda(cudaMemcpy(device_order.data(), order.data(), order.size() * 4, cudaMemcpyHostToDevice), "copy order");
   const auto* rows = static_cast<const std::uint32_t*>(device_order.data());
-  int* ran_flag = static_cast<int*>(ran.data());
   constexpr int kGatherShared = kStages * kStageBytes + kAlignSlack;
   check_cuda(cudaFuncSetAttribute(tma_row_gather_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, kGatherShared),
              "shared memory");
   check_cuda(cudaFuncSetAttribute(tma_row_gather_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, kGatherShared),
              "shared memory");
   const double us = median_launch_us(warmup, runs, [&] {
-    tma_row_gather_kernel<false><<<sms, 32, kGatherShared>>>(map, rows, ran_flag);
+    tma_row_gather_kernel<false><<<sms, 32, kGatherShared>>>(map, rows);
     check_cuda(cudaGetLastError(), "gather launch");
   });
   probe.gbps_per_sm = static_cast<double>(kRowsPerCta) * kRowBytes / (us * 1e-6) / 1e9;
@@ -270,7 +268,7 @@ TmaRowProbe probe_tma_row_gathers(std::int64_t pool_rows, int warmup, int runs) 
   config.attrs = &cluster;
   config.numAttrs = 1;
   const double multicast_us = median_launch_us(warmup, runs, [&] {
-    check_cuda(cudaLaunchKernelEx(&config, tma_row_gather_kernel<true>, map, rows, ran_flag), "multicast launch");
+    check_cuda(cudaLaunchKernelEx(&config, tma_row_gather_kernel<true>, map, rows), "multicast launch");
   });
   probe.multicast_gbps_per_sm = static_cast<double>(kRowsPerCta) * kRowBytes / (multicast_us * 1e-6) / 1e9;
   return probe;

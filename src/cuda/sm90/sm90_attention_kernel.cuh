@@ -286,66 +286,63 @@ __device__ __forceinline__ void write_output_half(const SparseAttentionParams& p
   }
 }
 
-// How a CTA pair's producers send their half of a tile to the peer (below).
+// CTA pairs: once a tile's rows are stored, each sender sends its producers' rows
+// (K rows and valid flags) into the peer's copy of buffer `buffer`, once the peer's
+// consumers are done with it. A sender is kPeerSenderThreads producer threads:
+// - 128 (V4 and other d 512 rows): all producers meet at a named barrier, then
+//   thread 0 sends the CTA's 32 rows, one bulk copy a 64-row region, and makes its
+//   own kPeerFull expect the peer's half;
+// - 32 (V3.2's d 576 rows): each warp's lane 0 sends the warp's rows as soon as they
+//   are stored, so no warp waits for the slowest (thread 0 arms kPeerFull in
+//   wait_buffer_free). A warp's keys of a round are kWarpRows consecutive rows, so
+//   each region takes one bulk copy a round.
+// Measured (docs/PERF.md, session 30): by warp, V3.2 b = 128 ran 4.6% faster and the
+// V4 pairs 0.6-2.2% slower. Each unit sent by st.async as it was stored (as FlashMLA
+// does) was 13-33% slower.
 template <class Loader>
-inline constexpr bool kPeerSendsByWarp = Loader::kDim > kValueDim;
-
-// CTA pairs: after the producers' stores of a tile, thread 0 sends this CTA's
-// half of buffer `buffer` (K rows and valid flags) into the peer's copy, once
-// the peer's consumers are done with it, and makes its own barrier expect the
-// peer's half.
-template <int kDim>
-__device__ __forceinline__ void send_half_to_peer(std::uint8_t* smem, int tile, int buffer, std::uint32_t rank,
-                                                  int thread) {
-  using Layout = Sm90Layout<kDim>;
-  named_barrier_sync(kProducers, 128);  // every producer thread's rows are in (and fenced)
-  if (thread != 0) return;
-  const std::uint32_t peer = rank ^ 1u;
-  const std::uint32_t full = smem_address(smem + Layout::kPeerFull + 8 * buffer);
-  const std::uint32_t peer_full = peer_address(full, peer);
-  if (tile >= 2) mbarrier_wait(smem_address(smem + Layout::kPeerEmpty + 8 * buffer), ((tile - 2) / 2) & 1);
-  mbarrier_arrive_expect_bytes(full, Layout::kPairBytes);
-  const std::uint32_t k_half =
-      smem_address(smem + Layout::kK + buffer * Layout::kTileBytes) + rank * Layout::kPairChunkBytes;
-#pragma unroll
-  for (int region = 0; region < kDim / 64; ++region) {
-    const std::uint32_t at = k_half + region * Layout::kChunkBytes;
-    bulk_copy_to_peer(peer_address(at, peer), at, Layout::kPairChunkBytes, peer_full);
-  }
-  const std::uint32_t valid_half = smem_address(smem + Layout::kValid) + (buffer * kKeys + rank * kPairKeys) * 4;
-  bulk_copy_to_peer(peer_address(valid_half, peer), valid_half, kPairKeys * 4, peer_full);
-  bulk_commit();
+inline constexpr int kPeerSenderThreads = Loader::kDim > kValueDim ? 32 : 128;
+// Whether producer thread `thread` (0..127) is the one of its sender that sends
+// (thread 0 spelled out: the compiler cannot know thread < 128, and % 128 cost an AND).
+template <class Loader>
+__device__ __forceinline__ bool sends_to_peer(int thread) {
+  return kPeerSenderThreads<Loader> == 128 ? thread == 0 : thread % kPeerSenderThreads<Loader> == 0;
 }
 
-// ... or, for V3.2's d 576 rows, each producer warp's lane 0 sends the warp's rows
-// of the tile as soon as they are stored: no warp waits for the slowest. A warp's
-// keys of a round are kWarpRows consecutive rows, so each 64-row region takes one
-// bulk copy a round. Measured (docs/PERF.md, session 30): V3.2 b = 128 4.6% faster
-// by warp, the V4 pairs (d 512) 0.6-2.2% slower, so they keep the meeting. Each
-// unit sent by st.async as it was stored (as FlashMLA does) was 13-33% slower.
 template <class Loader>
-__device__ __forceinline__ void send_warp_rows_to_peer(std::uint8_t* smem, int tile, int buffer, std::uint32_t rank,
-                                                       int warp) {
+__device__ __forceinline__ void send_rows_to_peer(std::uint8_t* smem, int tile, int buffer, std::uint32_t rank,
+                                                  int thread) {
   using Layout = Sm90Layout<Loader::kDim>;
+  constexpr bool kByWarp = kPeerSenderThreads<Loader> == 32;
+  static_assert(kByWarp || kPeerSenderThreads<Loader> == 128);
   constexpr int kKeysPerRound = 128 / Loader::kParts;
   constexpr int kRounds = kPairKeys / kKeysPerRound;
   constexpr int kWarpRows = kKeysPerRound / 4;  // Loader::key_of: warp w's keys of a round are kWarpRows w ...
   static_assert(kRounds * kKeysPerRound == kPairKeys && kWarpRows * 4 % 16 == 0);
+  constexpr int kRuns = kByWarp ? kRounds : 1;                 // runs of consecutive rows a sender sends
+  constexpr int kRunRows = kByWarp ? kWarpRows : kPairKeys;
+  if constexpr (kByWarp) {
+    __syncwarp();  // the warp's stores, before lane 0's copy reads them
+  } else {
+    named_barrier_sync(kProducers, 128);  // every producer thread's rows are in (and fenced)
+  }
+  if (!sends_to_peer<Loader>(thread)) return;
   const std::uint32_t peer = rank ^ 1u;
-  const std::uint32_t peer_full = peer_address(smem_address(smem + Layout::kPeerFull + 8 * buffer), peer);
+  const std::uint32_t full = smem_address(smem + Layout::kPeerFull + 8 * buffer);
+  const std::uint32_t peer_full = peer_address(full, peer);
   if (tile >= 2) mbarrier_wait(smem_address(smem + Layout::kPeerEmpty + 8 * buffer), ((tile - 2) / 2) & 1);
-  const std::uint32_t k_tile = smem_address(smem + Layout::kK + buffer * Layout::kTileBytes);
-  const std::uint32_t valid = smem_address(smem + Layout::kValid) + buffer * kKeys * 4;
+  if constexpr (!kByWarp) mbarrier_arrive_expect_bytes(full, Layout::kPairBytes);
+  const int warp = thread / 32;
 #pragma unroll
-  for (int round = 0; round < kRounds; ++round) {
-    const int row = static_cast<int>(rank) * kPairKeys + round * kKeysPerRound + warp * kWarpRows;
+  for (int run = 0; run < kRuns; ++run) {
+    const int row = static_cast<int>(rank) * kPairKeys + (kByWarp ? run * kKeysPerRound + warp * kWarpRows : 0);
+    const std::uint32_t k_rows = smem_address(smem + Layout::kK + buffer * Layout::kTileBytes) + row * kSwizzleRowBytes;
 #pragma unroll
     for (int region = 0; region < Loader::kDim / 64; ++region) {
-      const std::uint32_t at = k_tile + region * Layout::kChunkBytes + row * kSwizzleRowBytes;
-      bulk_copy_to_peer(peer_address(at, peer), at, kWarpRows * kSwizzleRowBytes, peer_full);
+      const std::uint32_t at = k_rows + region * Layout::kChunkBytes;
+      bulk_copy_to_peer(peer_address(at, peer), at, kRunRows * kSwizzleRowBytes, peer_full);
     }
-    const std::uint32_t flags = valid + row * 4;
-    bulk_copy_to_peer(peer_address(flags, peer), flags, kWarpRows * 4, peer_full);
+    const std::uint32_t flags = smem_address(smem + Layout::kValid) + (buffer * kKeys + row) * 4;
+    bulk_copy_to_peer(peer_address(flags, peer), flags, kRunRows * 4, peer_full);
   }
   bulk_commit();
 }
@@ -374,10 +371,9 @@ __device__ __forceinline__ void sync_at(WaitSite site, int thread, int barrier, 
 template <class Loader, bool kPair>
 __device__ __forceinline__ void wait_buffer_free(std::uint8_t* smem, int tile, int buffer, int thread) {
   using Layout = Sm90Layout<Loader::kDim>;
-  constexpr bool kByWarp = kPair && kPeerSendsByWarp<Loader>;
+  constexpr bool kByWarp = kPair && kPeerSenderThreads<Loader> == 32;
   if (tile >= 2) {
-    if (kByWarp && thread % 32 == 0) bulk_wait_sources_read();  // this warp's last sends from this buffer
-    if (kPair && !kByWarp && thread == 0) bulk_wait_sources_read();  // the last sends from this buffer
+    if (kPair && sends_to_peer<Loader>(thread)) bulk_wait_sources_read();  // its last sends from this buffer
     if constexpr (kByWarp) __syncwarp();
     wait_at(kWaitProducerFree, thread, smem_address(smem + Layout::kConsumed + 8 * buffer), ((tile - 2) / 2) & 1);
   }
@@ -388,12 +384,7 @@ __device__ __forceinline__ void wait_buffer_free(std::uint8_t* smem, int tile, i
 template <class Loader, bool kPair>
 __device__ __forceinline__ void publish_tile(std::uint8_t* smem, int tile, int buffer, std::uint32_t rank, int thread) {
   fence_view_async_shared();  // for wgmma and the bulk copy (async proxy)
-  if constexpr (kPair && kPeerSendsByWarp<Loader>) {
-    __syncwarp();  // the warp's stores, before lane 0's copy reads them
-    if (thread % 32 == 0) send_warp_rows_to_peer<Loader>(smem, tile, buffer, rank, thread / 32);
-  } else if constexpr (kPair) {
-    send_half_to_peer<Loader::kDim>(smem, tile, buffer, rank, thread);
-  }
+  if constexpr (kPair) send_rows_to_peer<Loader>(smem, tile, buffer, rank, thread);
   named_barrier_arrive(kFull0 + buffer, kThreads);
 }
 
@@ -496,7 +487,7 @@ __device__ __forceinline__ void run_producer(const SparseAttentionParams& p, std
     run_moving();
   }
   // Before the CTA may exit, every sender's copies have read their source.
-  if (kPair && (kPeerSendsByWarp<Loader> ? thread % 32 == 0 : thread == 0)) bulk_wait_sources_read();
+  if (kPair && sends_to_peer<Loader>(thread)) bulk_wait_sources_read();
 }
 
 // Once a consumer thread's P V is done (the wgmma wait covers its reads of the

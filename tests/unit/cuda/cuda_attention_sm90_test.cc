@@ -79,7 +79,7 @@ TEST(CudaSm90Attention, TileEdgeLengths) {
       expect_decode_matches(o, "heads " + std::to_string(heads) + " keys " + std::to_string(keys));
     }
   }
-  // V3.2 pairs send each producer warp's 8 rows of a tile on their own (kPeerSendsByWarp):
+  // V3.2 pairs send each producer warp's 8 rows of a tile on their own (kPeerSenderThreads):
   // lengths around those 8-key edges, inside either CTA's half and past a tile.
   for (std::int64_t keys : {1, 7, 8, 9, 40, 63, 64, 65, 100, 129}) {
     testkit::DecodeCaseOptions o = long_v4_case();
