@@ -323,6 +323,9 @@ __device__ __forceinline__ void send_rows_to_peer(std::uint8_t* smem, int tile, 
   if constexpr (kByWarp) {
     __syncwarp();  // the warp's stores, before lane 0's copy reads them
   } else {
+    // Thread 0's sends of the tile before read the other buffer, which every producer
+    // stores the next tile into once past this meeting: those reads end first.
+    if (thread == 0) bulk_wait_sources_read();
     named_barrier_sync(kProducers, 128);  // every producer thread's rows are in (and fenced)
   }
   if (!sends_to_peer<Loader>(thread)) return;
@@ -367,14 +370,17 @@ __device__ __forceinline__ void sync_at(WaitSite site, int thread, int barrier, 
 // consumers (and the peer). Sent by warp, thread 0 also makes this CTA's kPeerFull
 // expect the peer's half of the tile here (that barrier's phase for the tile two
 // back completed before this CTA's consumers released the buffer), and each warp's
-// sends from the buffer must have read it before the warp stores into it again.
+// sends from the buffer must have read it before the warp stores into it again
+// (sent by thread 0 after a meeting, that wait is in the meeting: send_rows_to_peer).
 template <class Loader, bool kPair>
 __device__ __forceinline__ void wait_buffer_free(std::uint8_t* smem, int tile, int buffer, int thread) {
   using Layout = Sm90Layout<Loader::kDim>;
   constexpr bool kByWarp = kPair && kPeerSenderThreads<Loader> == 32;
   if (tile >= 2) {
-    if (kPair && sends_to_peer<Loader>(thread)) bulk_wait_sources_read();  // its last sends from this buffer
-    if constexpr (kByWarp) __syncwarp();
+    if constexpr (kByWarp) {
+      if (sends_to_peer<Loader>(thread)) bulk_wait_sources_read();  // its warp's last sends from this buffer
+      __syncwarp();
+    }
     wait_at(kWaitProducerFree, thread, smem_address(smem + Layout::kConsumed + 8 * buffer), ((tile - 2) / 2) & 1);
   }
   if (kByWarp && thread == 0) {
