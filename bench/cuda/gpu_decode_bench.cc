@@ -18,6 +18,8 @@
 //   smla_bench_cuda [--cases FILE] [--prefill-cases FILE] [--no-decode] [--no-prefill] [--json OUT]
 //                   [--runs N] [--warmup N] [--filter TEXT] [--b N] [--check-max-b N] [--tma-row-probe]
 // --filter runs the cases whose label contains TEXT, or, as "=LABEL", that label alone.
+// SMLA_BENCH_LENGTH_ORDER=desc|asc gives the random extra lengths to the requests longest
+// (shortest) first: the same work in another block order (docs/PERF.md, session 31).
 // --tma-row-probe runs only bench/cuda/tma_row_probe.h's probe (a process of its own:
 // a box the device refuses may leave the context unusable).
 #include <cuda_runtime.h>
@@ -27,6 +29,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <random>
 #include <stdexcept>
@@ -172,8 +175,14 @@ nlohmann::json run_case(const Case& c, const Options& o, std::uint64_t seed) {
                           : make_indices(extra_cache, c.b, c.s_q, c.extra_topk, c.extra_context, rng);
     if (c.random_extra_lengths) {
       std::uniform_int_distribution<std::int32_t> pick(0, static_cast<std::int32_t>(c.extra_topk));
-      for (std::int64_t r = 0; r < c.b; ++r) {
-        const std::int32_t len = pick(rng);
+      std::vector<std::int32_t> request_lengths(static_cast<std::size_t>(c.b));
+      for (std::int32_t& len : request_lengths) len = pick(rng);
+      // A diagnostic of the block order: the same lengths given to the requests longest
+      // first ("desc", the order a longest-first schedule would run them) or shortest first ("asc").
+      const char* order = std::getenv("SMLA_BENCH_LENGTH_ORDER");
+      if (order != nullptr && std::string(order) == "desc") std::sort(request_lengths.rbegin(), request_lengths.rend());
+      if (order != nullptr && std::string(order) == "asc") std::sort(request_lengths.begin(), request_lengths.end());
+      for (const std::int32_t len : request_lengths) {
         for (std::int64_t t = 0; t < c.s_q; ++t) extra_lengths.push_back(len);
       }
     }
