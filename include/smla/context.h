@@ -67,6 +67,11 @@ struct TuningOptions {
   // workspace is read (auto: prefill-sized grids, more than four waves of CTAs
   // and no key splits). SMLA_SM90_STAGE=on|off.
   Switch sm90_stage_rows = Switch::kAuto;
+  // sm90 kernel of FP8 rows, decode grids of more than one wave whose calls pass
+  // lengths: a prepass orders the tokens by their key tiles, most first, and the
+  // grid runs them in that order, so the last wave holds the short ones (auto: on;
+  // 15-28% faster on random lengths, docs/PERF.md, session 31). SMLA_SM90_LENGTH_ORDER=on|off.
+  Switch sm90_length_order = Switch::kAuto;
   // Rows the staging buffer holds, at most (-1: 256 MiB of bf16 rows). A call
   // that may name more distinct rows runs the direct kernel instead: behind
   // staging that finds out on the device when staging is on or its requests

@@ -13,6 +13,7 @@
 #include <tuple>
 
 #include "src/cuda/pack_union.h"
+#include "src/cuda/token_order.h"
 #include "src/cuda/common/sparse_attention_params.h"
 #include "src/cuda/common/workspace_align.h"
 
@@ -147,6 +148,20 @@ bool prefetch_rows_wanted(std::int64_t ctas, std::int64_t slots, std::int64_t ke
   return ctas <= kPrefetchMaxWaves * slots && keys_per_cta <= kPrefetchMaxKeysPerCta;
 }
 
+// The token order prepass (token_order.h) serves the sm90 kernel of FP8 rows (the
+// copying kernel walks its own work items), unpacked. Auto: decode grids of more
+// than one wave, where a long token's CTA in the last wave sets the end (random
+// lengths: 15-28% faster, docs/PERF.md, session 31); within one wave the order
+// changes nothing and the prepass would cost its launch.
+bool order_tokens_wanted(KernelFamily family, const AttentionShape& shape, const AttentionPlan& plan, std::int64_t ctas,
+                         std::int64_t slots, TuningOptions::Switch setting) {
+  if (family != KernelFamily::kSm90 || rows_stored_as_bf16(shape.kind) || plan.pack_tokens > 1 ||
+      setting == TuningOptions::Switch::kOff) {
+    return false;
+  }
+  return setting == TuningOptions::Switch::kOn || (shape.decode && ctas > slots);
+}
+
 }  // namespace
 
 // SMLA_CUDA_PACK_MAX_ROWS / pack_max_rows = 0/16/32/64 forces the plain rule
@@ -211,6 +226,7 @@ std::size_t planned_workspace_bytes(const AttentionPlan& plan, const AttentionSh
             2 * partial_stat_bytes(plan, shape.num_tokens, shape.num_heads);
   }
   if (plan.pack_tokens > 1) bytes += pack_keys_bytes(plan, shape.num_tokens) + pack_counts_bytes(plan, shape.num_tokens);
+  if (plan.order_tokens) bytes += token_order_bytes(shape.num_tokens);
   return bytes;
 }
 
@@ -374,6 +390,7 @@ Expected<AttentionPlan> plan_attention(KernelFamily family, const AttentionShape
                                             tuning.sm90_prefetch);
   plan.flags.persistent_ctas = tuning.sm90_persistent_ctas < 0 ? static_cast<int>(slots) : tuning.sm90_persistent_ctas;
   plan.chain_combine = plan.num_splits > 1 && device.compute_capability >= 90;
+  plan.order_tokens = order_tokens_wanted(family, shape, plan, blocks * plan.num_splits, slots, tuning.sm90_length_order);
   plan.workspace_bytes = planned_workspace_bytes(plan, shape);
   if (family == KernelFamily::kSm90) {
     const bool prefill_sized = wide.splits == 1 && wide.blocks > kStageMinWaves * slots;
@@ -384,8 +401,9 @@ Expected<AttentionPlan> plan_attention(KernelFamily family, const AttentionShape
 
 namespace {
 
-// Points the split partials and the packed union of `params` into `workspace`.
-void assign_workspace(const AttentionPlan& plan, void* workspace, SparseAttentionParams* params) {
+// Points the split partials and the packed union of `params` into `workspace`;
+// returns where the token order's place begins (after them).
+std::uint8_t* assign_workspace(const AttentionPlan& plan, void* workspace, SparseAttentionParams* params) {
   params->num_splits = plan.num_splits;
   params->kv_stages = plan.kv_stages;
   params->k_buffers = plan.k_buffers;
@@ -405,7 +423,9 @@ void assign_workspace(const AttentionPlan& plan, void* workspace, SparseAttentio
   if (plan.pack_tokens > 1) {
     params->pack_keys = reinterpret_cast<std::uint32_t*>(base);
     params->pack_counts = reinterpret_cast<int*>(base + pack_keys_bytes(plan, params->num_tokens));
+    base += pack_keys_bytes(plan, params->num_tokens) + pack_counts_bytes(plan, params->num_tokens);
   }
+  return base;
 }
 
 Status launch_grid(const AttentionPlan& plan, const SparseAttentionParams& params, cudaStream_t stream) {
@@ -469,7 +489,7 @@ StagingRoute staging_route(const StagedRowsPlan& staged, const SparseAttentionPa
 Status launch_planned_attention(const AttentionPlan& plan, SparseAttentionParams params, void* workspace,
                                 cudaStream_t stream) {
   if (params.num_tokens == 0 || params.num_heads == 0) return Status::Ok();
-  assign_workspace(plan, workspace, &params);
+  std::uint8_t* order_place = assign_workspace(plan, workspace, &params);
   if (plan.staged) {
     const StagingRoute route = staging_route(*plan.staged, params);
     if (route != StagingRoute::kDirectOnly) return launch_staged(plan, route, params, workspace, stream);
@@ -477,6 +497,13 @@ Status launch_planned_attention(const AttentionPlan& plan, SparseAttentionParams
   if (plan.pack_tokens > 1) {
     const cudaError_t error = launch_pack_union(params, stream);
     if (error != cudaSuccess) return cuda_failure("pack prepass launch", error);
+  }
+  // Without lengths every token attends its full lists: any order is as good.
+  if (plan.order_tokens && (params.source[0].lengths != nullptr ||
+                            (params.num_sources > 1 && params.source[1].lengths != nullptr))) {
+    params.token_order = reinterpret_cast<int*>(order_place);
+    const cudaError_t error = launch_token_order(params, kSm90KeysPerTile, reinterpret_cast<int*>(order_place), stream);
+    if (error != cudaSuccess) return cuda_failure("token order launch", error);
   }
   SMLA_RETURN_IF_ERROR(launch_grid(plan, params, stream));
   return launch_combine(plan, params, stream);

@@ -31,6 +31,9 @@ struct AttentionPlan {
   int pack_tokens = 1;    // > 1: packed MTP, this many tokens of one request per CTA
   int pack_capacity = 0;  // union entries per packed group (pack_tokens * num_keys)
   bool prefetch_rows = false;  // SparseAttentionParams::prefetch_rows
+  // sm90 FP8 decode of more than one wave: when the call passes lengths, the token
+  // order prepass runs first (SparseAttentionParams::token_order, in the workspace).
+  bool order_tokens = false;
   // sm90+: the combine is launched as a programmatic dependent of the attention
   // grid, so its launch overlaps the attention tail (it waits for the results).
   bool chain_combine = false;

@@ -80,6 +80,9 @@ Expected<TuningOptions> TuningOptions::from_environment() {
   auto pair = read_switch("SMLA_SM90_PAIR", Switch::kOn);
   if (!pair) return pair.status();
   options.sm90_pair_head_blocks = *pair != Switch::kOff;
+  auto length_order = read_switch("SMLA_SM90_LENGTH_ORDER", Switch::kAuto);
+  if (!length_order) return length_order.status();
+  options.sm90_length_order = *length_order;
   auto stage = read_switch("SMLA_SM90_STAGE", Switch::kAuto);
   if (!stage) return stage.status();
   options.sm90_stage_rows = *stage;

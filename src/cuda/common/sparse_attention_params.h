@@ -91,6 +91,11 @@ struct SparseAttentionParams {
   // on the device (0: the rows fit the staging buffer; 1: they did not).
   const std::uint32_t* run_gate = nullptr;
   std::uint32_t run_gate_value = 0;
+
+  // sm90 FP8 kernel: the tokens in the order the grid runs them, most key tiles
+  // first (src/cuda/token_order.h), so that the short ones fill the last wave;
+  // nullptr: grid order.
+  const int* token_order = nullptr;
 };
 
 inline constexpr int kMaxPackTokens = 16;      // token masks share a 32-bit word with the source and load bits

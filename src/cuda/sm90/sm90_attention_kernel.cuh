@@ -844,7 +844,8 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_attention_kernel(const __gri
   // just brought into L2.
   const int dispatch = static_cast<int>(blockIdx.x + blockIdx.y * gridDim.x);
   const int head_blocks = static_cast<int>(gridDim.y);
-  const int token = kTokenMajor ? dispatch / head_blocks : static_cast<int>(blockIdx.x);
+  const int slot = kTokenMajor ? dispatch / head_blocks : static_cast<int>(blockIdx.x);
+  const int token = p.token_order != nullptr ? p.token_order[slot] : slot;
   const int head0 = (kTokenMajor ? dispatch % head_blocks : static_cast<int>(blockIdx.y)) * p.head_block_rows;
   const int split = static_cast<int>(blockIdx.z);
   const int tid = static_cast<int>(threadIdx.x);

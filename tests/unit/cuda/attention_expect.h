@@ -83,9 +83,11 @@ inline std::vector<KernelChoice> kernel_choices(Op op, std::int64_t heads) {
       choices.push_back(sm90_on_persistent_ctas(3, staged, "cuda.sm90 with FP8 rows staged"));
       // The test cases' CTAs are few keys each, which the plan prefetches into L2; without
       // it the FP8 producer runs its other loop (unrolled for unpaired d_qk 512).
+      // With the token order prepass forced too: the grid runs the tokens longest first.
       TuningOptions no_prefetch = tuning;
       no_prefetch.sm90_prefetch = TuningOptions::Switch::kOff;
-      choices.push_back({"cuda.sm90 without the L2 row prefetch", no_prefetch});
+      no_prefetch.sm90_length_order = TuningOptions::Switch::kOn;
+      choices.push_back({"cuda.sm90 without the L2 row prefetch, tokens longest first", no_prefetch});
       // FP8 rows in blocks of 16 heads (a choice of the plan for split small batches), unpaired.
       TuningOptions small_blocks = tuning;
       small_blocks.sm90_head_block_rows = 16;

@@ -65,6 +65,28 @@ TEST(CudaSm90Attention, LengthsInvalidIndicesOddPagesPaddedRows) {
   }
 }
 
+// More CTAs than one wave, random lengths (0 included) and invalid indices: the
+// default plan runs the tokens longest first, every other choice too or not at all.
+TEST(CudaSm90Attention, TokensLongestFirstPastOneWave) {
+  SKIP_WITHOUT_DEVICE();
+  for (std::int64_t heads : {33, 128}) {
+    testkit::DecodeCaseOptions o;
+    o.num_requests = heads == 128 ? 40 : 80;  // 160 CTAs of 64 heads (80 pairs of two) or 160 CTAs
+    o.s_q = 2;
+    o.num_heads = heads;
+    o.main_topk = 128;
+    o.main_page_size = 64;
+    o.main_context = 700;
+    o.extra_topk = 192;
+    o.extra_page_size = 5;
+    o.extra_context = 900;
+    o.random_lengths = true;
+    o.invalid_index_fraction = 0.1;
+    o.seed = static_cast<std::uint64_t>(40 + heads);
+    expect_decode_matches(o, "heads " + std::to_string(heads));
+  }
+}
+
 // Lengths on and around the 64-key tile edges and the 32-key halves of a CTA pair.
 TEST(CudaSm90Attention, TileEdgeLengths) {
   SKIP_WITHOUT_DEVICE();
@@ -479,6 +501,37 @@ Expected<cuda::AttentionPlan> nominal_sm90_plan(cuda::LoaderKind kind, std::int6
 // values worked out by hand: at most as many splits as leave no SM idle, as few
 // as give each the same number of 64-key tiles; the prefetch where each CTA
 // attends at most 256 keys.
+// Host-only: which plans order the tokens longest first (token_order.h): the sm90
+// kernel of FP8 rows, decode grids of more than one wave of CTAs (132 on the
+// nominal H100, one sm90 CTA an SM), and the order's place in the workspace.
+TEST(Sm90Plan, TokenOrderPastOneWave) {
+  const cuda::LoaderKind v4 = cuda::loader_kind(KvFormat::kV4Fp8);
+  const cuda::LoaderKind flat = cuda::flat_bf16_loader_kind(512);
+  auto plan_for = [&](cuda::LoaderKind kind, std::int64_t tokens, std::int64_t heads, std::int64_t keys, bool decode,
+                      TuningOptions::Switch setting = TuningOptions::Switch::kAuto) {
+    TuningOptions tuning;
+    tuning.sm90_length_order = setting;
+    auto plan = nominal_sm90_plan(kind, tokens, heads, keys, tuning, decode);
+    EXPECT_TRUE(plan.ok()) << plan.status().to_string();
+    return plan.ok() ? *plan : cuda::AttentionPlan{};
+  };
+  EXPECT_TRUE(plan_for(v4, 256, 128, 1152, true).order_tokens);   // CONFIG4 b=128: 512 CTAs
+  EXPECT_TRUE(plan_for(v4, 134, 64, 1152, true).order_tokens);    // 134 unsplit CTAs: two waves
+  EXPECT_FALSE(plan_for(v4, 132, 64, 1152, true).order_tokens);   // one wave exactly
+  EXPECT_FALSE(plan_for(v4, 4, 64, 640, true).order_tokens);      // CONFIG1 b=2: 40 split CTAs
+  EXPECT_FALSE(plan_for(v4, 4096, 64, 640, false).order_tokens);  // prefill: not a decode grid
+  EXPECT_FALSE(plan_for(flat, 256, 128, 1152, true).order_tokens);  // copied rows: the copying kernel
+  EXPECT_TRUE(plan_for(v4, 4, 64, 640, true, TuningOptions::Switch::kOn).order_tokens);
+  EXPECT_FALSE(plan_for(flat, 4, 64, 640, true, TuningOptions::Switch::kOn).order_tokens);
+  const cuda::AttentionPlan ordered = plan_for(v4, 256, 128, 1152, true);
+  const cuda::AttentionPlan unordered = plan_for(v4, 256, 128, 1152, true, TuningOptions::Switch::kOff);
+  EXPECT_FALSE(unordered.order_tokens);
+  EXPECT_EQ(ordered.workspace_bytes - unordered.workspace_bytes, 1024u);  // 256 tokens x 4 bytes
+  EXPECT_EQ(plan_for(v4, 257, 64, 640, true).workspace_bytes -
+                plan_for(v4, 257, 64, 640, true, TuningOptions::Switch::kOff).workspace_bytes,
+            1280u);  // 1028 bytes, rounded up to 256
+}
+
 TEST(Sm90Plan, SplitsAndL2Prefetch) {
   const DeviceProperties h100 = testing::nominal_h100();
   auto plan_for = [&](cuda::LoaderKind kind, std::int64_t tokens, std::int64_t heads, std::int64_t keys,
