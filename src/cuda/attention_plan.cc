@@ -431,7 +431,9 @@ std::uint8_t* assign_workspace(const AttentionPlan& plan, void* workspace, Spars
 Status launch_grid(const AttentionPlan& plan, const SparseAttentionParams& params, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(params.num_tokens / plan.pack_tokens), static_cast<unsigned>(plan.head_blocks),
                   static_cast<unsigned>(plan.num_splits));
-  const cudaError_t error = plan.variant.launch(params, grid, plan.smem_bytes, plan.flags, stream);
+  LaunchFlags flags = plan.flags;
+  flags.after_prepass = params.token_order != nullptr;
+  const cudaError_t error = plan.variant.launch(params, grid, plan.smem_bytes, flags, stream);
   if (error != cudaSuccess) return cuda_failure("attention kernel launch", error);
   return Status::Ok();
 }

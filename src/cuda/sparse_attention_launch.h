@@ -56,6 +56,10 @@ struct LaunchFlags {
   // sm90 kernel of copied rows: at most this many CTAs, each running blocks of the
   // grid one after another (0: a CTA per block).
   int persistent_ctas = 0;
+  // sm90 kernel of FP8 rows behind the token order prepass: launched with programmatic
+  // serialization, so its CTAs are resident while the prepass runs (they wait for
+  // its order before they read anything).
+  bool after_prepass = false;
 };
 
 struct AttentionVariant {

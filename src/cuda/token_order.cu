@@ -33,6 +33,7 @@ __global__ void __launch_bounds__(kOrderThreads) token_order_kernel(const __grid
                                                                     int tile_keys, int* order) {
   __shared__ int next[kOrderBins];  // counts, then each bin's next free place
   __shared__ int warp_sums[kOrderThreads / 32];
+  allow_dependent_launch();  // the attention grid's CTAs become resident meanwhile (they wait for the order)
   const int tid = static_cast<int>(threadIdx.x);
   const int lane = tid % 32;
   const int warp = tid / 32;

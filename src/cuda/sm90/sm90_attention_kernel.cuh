@@ -845,6 +845,8 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_attention_kernel(const __gri
   const int dispatch = static_cast<int>(blockIdx.x + blockIdx.y * gridDim.x);
   const int head_blocks = static_cast<int>(gridDim.y);
   const int slot = kTokenMajor ? dispatch / head_blocks : static_cast<int>(blockIdx.x);
+  // Behind the token order prepass (launched programmatically): nothing is read before its order is out.
+  if (p.token_order != nullptr) wait_for_prior_grid();
   const int token = p.token_order != nullptr ? p.token_order[slot] : slot;
   const int head0 = (kTokenMajor ? dispatch % head_blocks : static_cast<int>(blockIdx.y)) * p.head_block_rows;
   const int split = static_cast<int>(blockIdx.z);

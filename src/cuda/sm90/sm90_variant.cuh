@@ -37,30 +37,34 @@ cudaError_t launch_sm90_attention(const SparseAttentionParams& caller_params, di
     return trace_dump_after(cudaGetLastError(), ctas, true, stream);
   } else {
     // The two head blocks of an h_q 65..128 token run as a CTA pair that shares the expansion.
-    if (grid.y == 2 && flags.pair_head_blocks && block_rows == kRows) {
-      auto* kernel = sm90_attention_kernel<Loader, false, true>;
-      const cudaError_t status = ensure_dynamic_smem(kernel, smem_bytes);
-      if (status != cudaSuccess) return status;
-      cudaLaunchAttribute cluster{};
-      cluster.id = cudaLaunchAttributeClusterDimension;
-      cluster.val.clusterDim.x = 1;
-      cluster.val.clusterDim.y = 2;  // the token's two head blocks
-      cluster.val.clusterDim.z = 1;
-      cudaLaunchConfig_t config{};
-      config.gridDim = grid;
-      config.blockDim = dim3(kThreads);
-      config.dynamicSmemBytes = static_cast<std::size_t>(smem_bytes);
-      config.stream = stream;
-      config.attrs = &cluster;
-      config.numAttrs = 1;
-      return trace_dump_after(cudaLaunchKernelEx(&config, kernel, params), blocks, false, stream);
-    }
-    auto* kernel =
-        flags.token_major ? sm90_attention_kernel<Loader, true, false> : sm90_attention_kernel<Loader, false, false>;
+    const bool paired = grid.y == 2 && flags.pair_head_blocks && block_rows == kRows;
+    auto* kernel = paired ? sm90_attention_kernel<Loader, false, true>
+                          : (flags.token_major ? sm90_attention_kernel<Loader, true, false>
+                                               : sm90_attention_kernel<Loader, false, false>);
     const cudaError_t status = ensure_dynamic_smem(kernel, smem_bytes);
     if (status != cudaSuccess) return status;
-    kernel<<<grid, kThreads, smem_bytes, stream>>>(params);
-    return trace_dump_after(cudaGetLastError(), blocks, false, stream);
+    cudaLaunchAttribute attributes[2]{};
+    unsigned count = 0;
+    if (paired) {
+      attributes[count].id = cudaLaunchAttributeClusterDimension;
+      attributes[count].val.clusterDim.x = 1;
+      attributes[count].val.clusterDim.y = 2;  // the token's two head blocks
+      attributes[count].val.clusterDim.z = 1;
+      ++count;
+    }
+    if (flags.after_prepass) {
+      attributes[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      attributes[count].val.programmaticStreamSerializationAllowed = 1;
+      ++count;
+    }
+    cudaLaunchConfig_t config{};
+    config.gridDim = grid;
+    config.blockDim = dim3(kThreads);
+    config.dynamicSmemBytes = static_cast<std::size_t>(smem_bytes);
+    config.stream = stream;
+    config.attrs = count > 0 ? attributes : nullptr;
+    config.numAttrs = count;
+    return trace_dump_after(cudaLaunchKernelEx(&config, kernel, params), blocks, false, stream);
   }
 }
 
