@@ -94,6 +94,7 @@ TEST(TuningOptions, DefaultsAreTheTunedChoices) {
   EXPECT_TRUE(defaults.sm90_pair_head_blocks);
   EXPECT_TRUE(defaults.sm90_token_major);
   EXPECT_EQ(defaults.sm90_stage_rows, TuningOptions::Switch::kAuto);
+  EXPECT_EQ(defaults.sm90_length_order, TuningOptions::Switch::kAuto);
   EXPECT_EQ(defaults.sm90_staging_rows, -1);
   EXPECT_EQ(defaults.sm90_persistent_ctas, -1);
   EXPECT_EQ(defaults.sm90_head_block_rows, 0);
@@ -111,6 +112,7 @@ TEST(TuningOptions, ReadFromTheEnvironment) {
   const ScopedVariable staging_rows("SMLA_SM90_STAGING_ROWS", "5000");
   const ScopedVariable persistent("SMLA_SM90_PERSISTENT_CTAS", "7");
   const ScopedVariable head_rows("SMLA_SM90_HEAD_ROWS", "32");
+  const ScopedVariable length_order("SMLA_SM90_LENGTH_ORDER", "off");
   auto tuning = TuningOptions::from_environment();
   ASSERT_TRUE(IsOk(tuning.status()));
   EXPECT_EQ(tuning->implementation, "cuda.portable");
@@ -123,6 +125,7 @@ TEST(TuningOptions, ReadFromTheEnvironment) {
   EXPECT_EQ(tuning->sm90_staging_rows, 5000);
   EXPECT_EQ(tuning->sm90_persistent_ctas, 7);
   EXPECT_EQ(tuning->sm90_head_block_rows, 32);
+  EXPECT_EQ(tuning->sm90_length_order, TuningOptions::Switch::kOff);
   const ScopedVariable one_per_block("SMLA_SM90_PERSISTENT_CTAS", "0");
   auto zero = TuningOptions::from_environment();
   ASSERT_TRUE(IsOk(zero.status()));
