@@ -70,16 +70,11 @@ TEST(CudaSm90Attention, LengthsInvalidIndicesOddPagesPaddedRows) {
 TEST(CudaSm90Attention, TokensLongestFirstPastOneWave) {
   SKIP_WITHOUT_DEVICE();
   for (std::int64_t heads : {33, 128}) {
-    testkit::DecodeCaseOptions o;
+    testkit::DecodeCaseOptions o = long_v4_case();
     o.num_requests = heads == 128 ? 40 : 80;  // 160 CTAs of 64 heads (80 pairs of two) or 160 CTAs
-    o.s_q = 2;
     o.num_heads = heads;
-    o.main_topk = 128;
-    o.main_page_size = 64;
-    o.main_context = 700;
-    o.extra_topk = 192;
+    o.extra_topk = 192;  // 1-5 tiles a token: a short reference
     o.extra_page_size = 5;
-    o.extra_context = 900;
     o.random_lengths = true;
     o.invalid_index_fraction = 0.1;
     o.seed = static_cast<std::uint64_t>(40 + heads);
