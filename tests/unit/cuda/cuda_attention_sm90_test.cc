@@ -478,6 +478,24 @@ TEST(CudaSm90Attention, StagedRowsGraphReplayFollowsNewLengths) {
   cudatest::expect_graph_replay_follows_new_lengths(c, 1, &cudatest::halve_lengths, staged_choice(distinct).tuning);
 }
 
+// The token order prepass (forced on) is captured with the grid it precedes
+// (a programmatic edge): a replay orders the tokens by the new lengths.
+TEST(CudaSm90Attention, TokenOrderGraphReplayFollowsNewLengths) {
+  SKIP_WITHOUT_DEVICE();
+  if (!cudatest::sm90_kernel_runs()) GTEST_SKIP() << "cuda.sm90 does not run on this device";
+  testkit::DecodeCaseOptions o = long_v4_case();
+  o.num_requests = 70;  // 140 CTAs: past one wave of 132 as well
+  o.extra_topk = 192;
+  o.random_lengths = true;
+  o.seed = testing::test_seed();
+  SMLA_SEED_TRACE(o.seed);
+  testkit::DecodeCase c = testkit::make_decode_case(o);
+  TuningOptions tuning;
+  tuning.implementation = "cuda.sm90";
+  tuning.sm90_length_order = TuningOptions::Switch::kOn;
+  cudatest::expect_graph_replay_follows_new_lengths(c, 1, &cudatest::halve_lengths, tuning);
+}
+
 // The sm90 plan of a call on a nominal H100 (132 SMs, one sm90 CTA each).
 Expected<cuda::AttentionPlan> nominal_sm90_plan(cuda::LoaderKind kind, std::int64_t tokens, std::int64_t heads,
                                                std::int64_t keys, const TuningOptions& tuning = {}, bool decode = false) {
