@@ -20,6 +20,8 @@
 // --filter runs the cases whose label contains TEXT, or, as "=LABEL", that label alone.
 // SMLA_BENCH_LENGTH_ORDER=desc|asc gives the random extra lengths to the requests longest
 // (shortest) first: the same work in another block order (docs/PERF.md, session 31).
+// SMLA_BENCH_FULL_LENGTHS=1 passes the fixed-length cases' extra lengths, all full (a C4A layer
+// past 2K tokens of context): what a call that passes lengths pays over one that passes none.
 // --tma-row-probe runs only bench/cuda/tma_row_probe.h's probe (a process of its own:
 // a box the device refuses may leave the context unusable).
 #include <cuda_runtime.h>
@@ -185,6 +187,8 @@ nlohmann::json run_case(const Case& c, const Options& o, std::uint64_t seed) {
       for (const std::int32_t len : request_lengths) {
         for (std::int64_t t = 0; t < c.s_q; ++t) extra_lengths.push_back(len);
       }
+    } else if (const char* full = std::getenv("SMLA_BENCH_FULL_LENGTHS"); full != nullptr && std::string(full) == "1") {
+      extra_lengths.assign(static_cast<std::size_t>(T), static_cast<std::int32_t>(c.extra_topk));
     }
   }
   std::vector<float> sink(static_cast<std::size_t>(c.h_q));
@@ -207,7 +211,7 @@ nlohmann::json run_case(const Case& c, const Options& o, std::uint64_t seed) {
   if (has_extra) {
     args.extra_cache = extra_cache.view();
     args.extra_indices = TensorView::contiguous(d_extra_indices.data(), DType::kI32, {T, c.extra_topk}, device);
-    if (c.random_extra_lengths) args.extra_lengths = TensorView::contiguous(d_extra_lengths.data(), DType::kI32, {T}, device);
+    if (!extra_lengths.empty()) args.extra_lengths = TensorView::contiguous(d_extra_lengths.data(), DType::kI32, {T}, device);
   }
   args.sink = TensorView::contiguous(d_sink.data(), DType::kF32, {c.h_q}, device);
   args.softmax_scale = 1.0f / std::sqrt(static_cast<float>(d_qk == 576 ? 512 : d_qk));
@@ -279,7 +283,7 @@ nlohmann::json run_case(const Case& c, const Options& o, std::uint64_t seed) {
     if (has_extra) {
       host.extra_cache->pages = on_host(args.extra_cache->pages, h_extra.data());
       host.extra_indices = on_host(args.extra_indices, extra_indices.data());
-      if (c.random_extra_lengths) host.extra_lengths = on_host(args.extra_lengths, extra_lengths.data());
+      if (!extra_lengths.empty()) host.extra_lengths = on_host(args.extra_lengths, extra_lengths.data());
     }
     host.sink = on_host(args.sink, sink.data());
     testkit::HostTensor want_out = testkit::HostTensor::zeros(DType::kBF16, {T, c.h_q, d_v});
