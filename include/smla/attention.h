@@ -51,6 +51,21 @@ struct SparseDecodeArgs {
   // more than 16 tokens (a prefill through sparse_decode) run on the Hopper
   // kernel and stage their FP8 rows as bf16 (docs/cuda_sm90.md).
   std::int64_t queries_per_request = 1;
+  // The order in which the Hopper kernel runs the tokens (longest first, from
+  // the lengths), kept across the calls of one step that share their lengths
+  // (the layers of one kind), as FlashMLA's scheduler metadata is. Optional: a
+  // [T] i32 buffer of the caller's on the call's device. With
+  // token_order_ready = false a call whose plan orders its tokens computes the
+  // order into it (on the device, so a captured graph follows every replay's
+  // lengths); with true it reads what such a call wrote and computes nothing,
+  // so only the first call of a step pays for the order. Absent, every call
+  // that orders computes the order in its workspace (when it passes lengths).
+  // Any order gives the same results; the buffer must hold what a call with the
+  // same shapes and length values wrote (a value outside [0, T) runs the token
+  // of its own place, so a buffer of -1 is the launch order). Other backends
+  // and plans that do not order tokens (AttentionPlan::describe()) ignore it.
+  TensorView token_order;
+  bool token_order_ready = false;
 };
 
 // Prefill over a flat bf16 KV workspace (FlashMLA sparse prefill contract).

@@ -133,6 +133,10 @@ Expected<DecodeShape> validate_sparse_decode(const SparseDecodeArgs& args, Devic
   shape.has_lse = args.lse.present();
 
   SMLA_RETURN_IF_ERROR(check_queries_per_request(args.queries_per_request, T));
+  SMLA_RETURN_IF_ERROR(check_optional_operand(args.token_order, "token_order", DType::kI32, {{T, "T"}}, dev));
+  if (args.token_order_ready && !args.token_order.present()) {
+    return invalid_argument("token_order", "a [T] i32 tensor (token_order_ready is true)", "an absent tensor");
+  }
 
   SMLA_RETURN_IF_ERROR(check_length_values(args.main_lengths, "main_lengths", shape.main_topk));
   SMLA_RETURN_IF_ERROR(check_length_values(args.extra_lengths, "extra_lengths", shape.extra_topk));

@@ -428,11 +428,13 @@ std::uint8_t* assign_workspace(const AttentionPlan& plan, void* workspace, Spars
   return base;
 }
 
-Status launch_grid(const AttentionPlan& plan, const SparseAttentionParams& params, cudaStream_t stream) {
+// `after_prepass`: the grid reads what the launch just before it writes (the token order).
+Status launch_grid(const AttentionPlan& plan, const SparseAttentionParams& params, cudaStream_t stream,
+                   bool after_prepass = false) {
   const dim3 grid(static_cast<unsigned>(params.num_tokens / plan.pack_tokens), static_cast<unsigned>(plan.head_blocks),
                   static_cast<unsigned>(plan.num_splits));
   LaunchFlags flags = plan.flags;
-  flags.after_prepass = params.token_order != nullptr;
+  flags.after_prepass = after_prepass;
   const cudaError_t error = plan.variant.launch(params, grid, plan.smem_bytes, flags, stream);
   if (error != cudaSuccess) return cuda_failure("attention kernel launch", error);
   return Status::Ok();
@@ -489,7 +491,7 @@ StagingRoute staging_route(const StagedRowsPlan& staged, const SparseAttentionPa
 }
 
 Status launch_planned_attention(const AttentionPlan& plan, SparseAttentionParams params, void* workspace,
-                                cudaStream_t stream) {
+                                cudaStream_t stream, StepTokenOrder step_order) {
   if (params.num_tokens == 0 || params.num_heads == 0) return Status::Ok();
   std::uint8_t* order_place = assign_workspace(plan, workspace, &params);
   if (plan.staged) {
@@ -500,14 +502,25 @@ Status launch_planned_attention(const AttentionPlan& plan, SparseAttentionParams
     const cudaError_t error = launch_pack_union(params, stream);
     if (error != cudaSuccess) return cuda_failure("pack prepass launch", error);
   }
-  // Without lengths every token attends its full lists: any order is as good.
-  if (plan.order_tokens && (params.source[0].lengths != nullptr ||
-                            (params.num_sources > 1 && params.source[1].lengths != nullptr))) {
-    params.token_order = reinterpret_cast<int*>(order_place);
-    const cudaError_t error = launch_token_order(params, kSm90KeysPerTile, reinterpret_cast<int*>(order_place), stream);
+  int* order = nullptr;
+  bool after_prepass = false;
+  if (plan.order_tokens && step_order.order != nullptr) {
+    // The step's buffer: written whenever it is not ready (lengths or not), so every later call of the
+    // same plan finds an order there; read behind its prepass, or as an earlier call left it.
+    order = step_order.order;
+    after_prepass = !step_order.ready;
+  } else if (plan.order_tokens && (params.source[0].lengths != nullptr ||
+                                   (params.num_sources > 1 && params.source[1].lengths != nullptr))) {
+    // Without lengths every token attends its full lists: any order is as good.
+    order = reinterpret_cast<int*>(order_place);
+    after_prepass = true;
+  }
+  params.token_order = order;
+  if (after_prepass) {
+    const cudaError_t error = launch_token_order(params, kSm90KeysPerTile, order, stream);
     if (error != cudaSuccess) return cuda_failure("token order launch", error);
   }
-  SMLA_RETURN_IF_ERROR(launch_grid(plan, params, stream));
+  SMLA_RETURN_IF_ERROR(launch_grid(plan, params, stream, after_prepass));
   return launch_combine(plan, params, stream);
 }
 

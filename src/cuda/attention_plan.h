@@ -120,9 +120,18 @@ int choose_pack_tokens(std::int64_t num_heads, std::int64_t num_keys, std::int64
 // The rule TuningOptions::pack_max_rows asks for (-1: the tuned default).
 PackRule pack_rule(const TuningOptions& tuning);
 
+// A caller's buffer for the token order that the calls of one step share
+// (SparseDecodeArgs::token_order): `ready` = it holds the order already.
+struct StepTokenOrder {
+  int* order = nullptr;
+  bool ready = false;
+};
+
 // Enqueues, on `workspace` (plan.workspace_bytes long): the pack prepass when packed,
-// the staging passes when staged, the attention kernel(s) and, when split, the combine.
+// the staging passes when staged, the token order prepass when the plan orders tokens
+// (into `step_order` when given and not ready; none when it is ready), the attention
+// kernel(s) and, when split, the combine.
 Status launch_planned_attention(const AttentionPlan& plan, SparseAttentionParams params, void* workspace,
-                                cudaStream_t stream);
+                                cudaStream_t stream, StepTokenOrder step_order = {});
 
 }  // namespace smla::cuda

@@ -116,7 +116,7 @@ Status check_devices(const Context& context, const SparseDecodeArgs& args) {
       context, {{&args.q, "q"}, {&args.main_cache.pages, "main_cache"}, {&args.main_indices, "main_indices"},
                 {&args.main_lengths, "main_lengths"}, {&extra_pages, "extra_cache"},
                 {&args.extra_indices, "extra_indices"}, {&args.extra_lengths, "extra_lengths"}, {&args.sink, "sink"},
-                {&args.out, "out"}, {&args.lse, "lse"}});
+                {&args.out, "out"}, {&args.lse, "lse"}, {&args.token_order, "token_order"}});
 }
 
 Status check_devices(const Context& context, const SparsePrefillArgs& args) {
@@ -168,9 +168,10 @@ Expected<PlanState> plan_family(const Context& context, const Problem& problem) 
   return state;
 }
 
-Status launch(const Context& context, const PlanState& state, SparseAttentionParams params, void* scratch) {
+Status launch(const Context& context, const PlanState& state, SparseAttentionParams params, void* scratch,
+              cuda::StepTokenOrder step_order = {}) {
   const auto& plan = *static_cast<const AttentionPlan*>(state.data.get());
-  return cuda::launch_planned_attention(plan, params, scratch, static_cast<cudaStream_t>(context.stream()));
+  return cuda::launch_planned_attention(plan, params, scratch, static_cast<cudaStream_t>(context.stream()), step_order);
 }
 
 Status run_decode(const Context& context, const PlanState& state, const SparseDecodeArgs& args,
@@ -178,7 +179,9 @@ Status run_decode(const Context& context, const PlanState& state, const SparseDe
   SMLA_RETURN_IF_ERROR(check_devices(context, args));
   auto params = kernel_params(detail::decode_operands(args, shape), "tokens");
   if (!params) return params.status();
-  return launch(context, state, *params, scratch);
+  const cuda::StepTokenOrder step_order{args.token_order.present() ? args.token_order.ptr<int>() : nullptr,
+                                        args.token_order_ready};
+  return launch(context, state, *params, scratch, step_order);
 }
 
 Status run_prefill(const Context& context, const PlanState& state, const SparsePrefillArgs& args,

@@ -94,7 +94,8 @@ struct SparseAttentionParams {
 
   // sm90 FP8 kernel: the tokens in the order the grid runs them, most key tiles
   // first (src/cuda/token_order.h), so that the short ones fill the last wave;
-  // nullptr: grid order.
+  // nullptr: grid order. A caller's buffer may hold anything: a value outside
+  // [0, num_tokens) runs the token of its own place.
   const int* token_order = nullptr;
 };
 

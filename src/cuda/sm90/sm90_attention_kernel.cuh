@@ -846,8 +846,13 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_attention_kernel(const __gri
   const int head_blocks = static_cast<int>(gridDim.y);
   const int slot = kTokenMajor ? dispatch / head_blocks : static_cast<int>(blockIdx.x);
   // Behind the token order prepass (launched programmatically): nothing is read before its order is out.
-  if (p.token_order != nullptr) wait_for_prior_grid();
-  const int token = p.token_order != nullptr ? p.token_order[slot] : slot;
+  // Without the prepass (a step's order computed by an earlier call) the wait returns at once.
+  int token = slot;
+  if (p.token_order != nullptr) {
+    wait_for_prior_grid();
+    const int ordered = p.token_order[slot];
+    if (static_cast<unsigned>(ordered) < static_cast<unsigned>(p.num_tokens)) token = ordered;
+  }
   const int head0 = (kTokenMajor ? dispatch % head_blocks : static_cast<int>(blockIdx.y)) * p.head_block_rows;
   const int split = static_cast<int>(blockIdx.z);
   const int tid = static_cast<int>(threadIdx.x);
