@@ -119,6 +119,7 @@ struct DeviceDecodeArgs : DeviceViews {
     out = views.back().get();
     args.lse = put(host.lse);
     lse = views.back().get();
+    args.token_order = put(host.token_order);
   }
 };
 

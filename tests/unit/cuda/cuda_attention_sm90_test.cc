@@ -496,6 +496,93 @@ TEST(CudaSm90Attention, TokenOrderGraphReplayFollowsNewLengths) {
   cudatest::expect_graph_replay_follows_new_lengths(c, 1, &cudatest::halve_lengths, tuning);
 }
 
+// Each token's 64-key tiles by the host lengths (absent: the full lists).
+std::vector<int> host_tile_counts(const SparseDecodeArgs& args) {
+  std::vector<int> tiles;
+  for (std::int64_t t = 0; t < args.q.shape[0]; ++t) {
+    const auto length = [t](const TensorView& lengths, const TensorView& indices) -> std::int64_t {
+      return lengths.present() ? *lengths.ptr_at<std::int32_t>({t}) : indices.shape[1];
+    };
+    std::int64_t keys = length(args.main_lengths, args.main_indices);
+    if (args.extra_cache.has_value()) keys += length(args.extra_lengths, args.extra_indices);
+    tiles.push_back(static_cast<int>((keys + 63) / 64));
+  }
+  return tiles;
+}
+
+// A step's token order (SparseDecodeArgs::token_order) in a caller's buffer: a call that is not
+// `ready` writes a permutation of the tokens, most tiles first by the host lengths (with lengths and
+// without), and every call, ready or not, gives the reference's results: reading the written order,
+// a buffer of -1 or one of values past T (both run the launch order).
+TEST(CudaSm90Attention, StepTokenOrderWrittenOnceThenRead) {
+  SKIP_WITHOUT_DEVICE();
+  if (!cudatest::sm90_kernel_runs()) GTEST_SKIP() << "cuda.sm90 does not run on this device";
+  TuningOptions tuning;
+  tuning.implementation = "cuda.sm90";
+  tuning.sm90_length_order = TuningOptions::Switch::kOn;  // ordered on a device of any SM count
+  const Context context = cudatest::cuda_context(tuning);
+  for (std::int64_t heads : {64, 128}) {
+    for (bool lengths : {true, false}) {
+      testkit::DecodeCaseOptions o = long_v4_case();
+      o.num_requests = heads == 128 ? 40 : 80;  // 160 CTAs (80 pairs for h128)
+      o.num_heads = heads;
+      o.extra_topk = 192;
+      o.extra_page_size = 5;
+      o.random_lengths = lengths;
+      o.invalid_index_fraction = 0.1;
+      o.seed = testing::test_seed() + static_cast<std::uint64_t>(heads) + (lengths ? 0 : 7);
+      SMLA_SEED_TRACE(o.seed);
+      SCOPED_TRACE("heads " + std::to_string(heads) + (lengths ? ", random lengths" : ", no lengths"));
+      testkit::DecodeCase c = testkit::make_decode_case(o);
+      ASSERT_TRUE(testing::IsOk(sparse_decode(c.args(), Backend::kReference)));
+      const std::int64_t T = c.args().q.shape[0];
+      cudatest::DeviceBuffer order(static_cast<std::size_t>(T) * sizeof(std::int32_t));
+      auto fill_order = [&](int byte) {
+        ASSERT_EQ(cudaMemset(order.data(), byte, order.bytes()), cudaSuccess);
+      };
+      auto run = [&](bool ready, const std::string& what) {
+        SCOPED_TRACE(what);
+        testkit::HostTensor got_out = c.make_out();
+        testkit::HostTensor got_lse = c.make_lse();
+        testkit::poison(got_out.view());
+        testkit::poison(got_lse.view());
+        cudatest::DeviceDecodeArgs device(c.args_with_outputs(got_out.view(), got_lse.view()));
+        device.args.token_order =
+            TensorView::contiguous(order.data(), DType::kI32, {T}, cudatest::current_cuda_device());
+        device.args.token_order_ready = ready;
+        ASSERT_TRUE(testing::IsOk(sparse_decode(context, device.args)));
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        cudatest::copy_to_host(*device.out, got_out.view());
+        cudatest::copy_to_host(*device.lse, got_lse.view());
+        EXPECT_TRUE(testing::WithinTolerance(
+            testkit::compare_bf16(got_out.view(), c.out().view(), cudatest::kOutTolerance), "out"));
+        EXPECT_TRUE(testing::WithinTolerance(
+            testkit::compare_f32(got_lse.view(), c.lse().view(), cudatest::kStatTolerance), "lse"));
+      };
+      fill_order(0x7F);  // values past T until a call writes it
+      run(false, "written");
+      std::vector<std::int32_t> written(static_cast<std::size_t>(T));
+      ASSERT_EQ(cudaMemcpy(written.data(), order.data(), order.bytes(), cudaMemcpyDeviceToHost), cudaSuccess);
+      std::vector<std::int32_t> sorted = written;
+      std::sort(sorted.begin(), sorted.end());
+      for (std::int64_t t = 0; t < T; ++t) ASSERT_EQ(sorted[static_cast<std::size_t>(t)], t) << "not a permutation";
+      const std::vector<int> tiles = host_tile_counts(c.args());
+      for (std::int64_t place = 1; place < T; ++place) {
+        EXPECT_GE(tiles[static_cast<std::size_t>(written[static_cast<std::size_t>(place - 1)])],
+                  tiles[static_cast<std::size_t>(written[static_cast<std::size_t>(place)])])
+            << "place " << place;
+      }
+      run(true, "read as written");
+      ASSERT_EQ(cudaMemcpy(sorted.data(), order.data(), order.bytes(), cudaMemcpyDeviceToHost), cudaSuccess);
+      EXPECT_EQ(sorted, written) << "a ready call wrote the order";
+      fill_order(0xFF);
+      run(true, "-1 everywhere");
+      fill_order(0x7F);
+      run(true, "values past T");
+    }
+  }
+}
+
 // The sm90 plan of a call on a nominal H100 (132 SMs, one sm90 CTA each).
 Expected<cuda::AttentionPlan> nominal_sm90_plan(cuda::LoaderKind kind, std::int64_t tokens, std::int64_t heads,
                                                std::int64_t keys, const TuningOptions& tuning = {}, bool decode = false) {
@@ -509,11 +596,6 @@ Expected<cuda::AttentionPlan> nominal_sm90_plan(cuda::LoaderKind kind, std::int6
                               cuda::Occupancy::kSharedMemoryOnly);
 }
 
-// Host-only: how the sm90 plan splits a token's keys and which launches ask L2
-// for their rows ahead (a nominal H100: 132 SMs, one sm90 CTA each). Expected
-// values worked out by hand: at most as many splits as leave no SM idle, as few
-// as give each the same number of 64-key tiles; the prefetch where each CTA
-// attends at most 256 keys.
 // Host-only: which plans order the tokens longest first (token_order.h): the sm90
 // kernel of FP8 rows, decode grids of more than one wave of CTAs (132 on the
 // nominal H100, one sm90 CTA an SM), and the order's place in the workspace.
@@ -545,6 +627,11 @@ TEST(Sm90Plan, TokenOrderPastOneWave) {
             1280u);  // 1028 bytes, rounded up to 256
 }
 
+// Host-only: how the sm90 plan splits a token's keys and which launches ask L2
+// for their rows ahead (a nominal H100: 132 SMs, one sm90 CTA each). Expected
+// values worked out by hand: at most as many splits as leave no SM idle, as few
+// as give each the same number of 64-key tiles; the prefetch where each CTA
+// attends at most 256 keys.
 TEST(Sm90Plan, SplitsAndL2Prefetch) {
   const DeviceProperties h100 = testing::nominal_h100();
   auto plan_for = [&](cuda::LoaderKind kind, std::int64_t tokens, std::int64_t heads, std::int64_t keys,

@@ -237,6 +237,29 @@ std::vector<DecodeRule> decode_rules() {
        },
        kInvalid,
        {"lse:", "f32"}},
+      {"token_order_shape",
+       [](A& a, K& k) { a.token_order = tensor(k, DType::kI32, {5}); },
+       kInvalid,
+       {"token_order", "[T=6]", "[5]"}},
+      {"token_order_dtype",
+       [](A& a, K& k) { a.token_order = tensor(k, DType::kI64, {6}); },
+       kInvalid,
+       {"token_order", "i32", "i64"}},
+      {"token_order_strided",
+       [](A& a, K& k) { a.token_order = tensor(k, DType::kI32, {6}, {2}); },
+       kInvalid,
+       {"token_order", "contiguous"}},
+      {"token_order_device",
+       [](A& a, K& k) {
+         a.token_order = tensor(k, DType::kI32, {6});
+         a.token_order.device = kCuda;
+       },
+       kInvalid,
+       {"token_order", "cuda"}},
+      {"token_order_ready_without_buffer",
+       [](A& a, K&) { a.token_order_ready = true; },
+       kInvalid,
+       {"token_order", "token_order_ready", "absent"}},
   };
 }
 
@@ -268,6 +291,20 @@ TEST(DecodeValidationOk, OptionalTensorsMayBeAbsent) {
   args.extra_cache.reset();
   args.extra_indices = TensorView{};
   EXPECT_TRUE(IsOk(sparse_decode(args, Backend::kReference)));
+}
+
+// The step's token order is a hint the reference (like every backend but the
+// Hopper kernel's ordering plans) ignores: any values, ready or not.
+TEST(DecodeValidationOk, TokenOrderValuesAreNotRead) {
+  testkit::DecodeCase c = small_decode_case();
+  SparseDecodeArgs args = c.args();
+  HostTensor order = HostTensor::zeros(DType::kI32, {6});
+  for (std::int64_t t = 0; t < 6; ++t) order.view().ptr<std::int32_t>()[t] = t % 2 == 0 ? -5 : 1000;
+  args.token_order = order.view();
+  for (bool ready : {false, true}) {
+    args.token_order_ready = ready;
+    EXPECT_TRUE(IsOk(sparse_decode(args, Backend::kReference)));
+  }
 }
 
 TEST(DecodeValidationOk, OutOfRangeIndexValuesAreNotErrors) {
