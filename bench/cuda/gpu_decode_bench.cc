@@ -20,6 +20,8 @@
 // --filter runs the cases whose label contains TEXT, or, as "=LABEL", that label alone.
 // SMLA_BENCH_LENGTH_ORDER=desc|asc gives the random extra lengths to the requests longest
 // (shortest) first: the same work in another block order (docs/PERF.md, session 31).
+// The timed calls read a token order an untimed first call wrote (SparseDecodeArgs::token_order, as a
+// step's later layers do); SMLA_BENCH_TOKEN_ORDER=call times calls that compute their own.
 // SMLA_BENCH_FULL_LENGTHS=1 passes the fixed-length cases' extra lengths, all full (a C4A layer
 // past 2K tokens of context): what a call that passes lengths pays over one that passes none.
 // --tma-row-probe runs only bench/cuda/tma_row_probe.h's probe (a process of its own:
@@ -75,6 +77,7 @@ struct Options {
   int check_max_b = 2;
   std::string filter;
   std::int64_t only_b = 0;  // 0: every b
+  bool order_per_call = false;  // SMLA_BENCH_TOKEN_ORDER=call: no step token order (time_decode)
 };
 
 struct Case {
@@ -218,9 +221,22 @@ nlohmann::json run_case(const Case& c, const Options& o, std::uint64_t seed) {
   args.out = TensorView::contiguous(out.data(), DType::kBF16, {T, c.h_q, d_v}, device);
   args.lse = TensorView::contiguous(lse.data(), DType::kF32, {T, c.h_q}, device);
 
-  // The median of timed runs with the given packing hint, and that call's workspace.
+  // The median of timed runs with the given packing hint, and that call's workspace. The step's token
+  // order (SparseDecodeArgs::token_order) is written by an untimed first call and read by the timed
+  // ones, as a step's later layers would (FlashMLA's scheduler metadata is computed once, untimed);
+  // SMLA_BENCH_TOKEN_ORDER=call times calls that order their tokens themselves.
+  DeviceBuffer step_order(static_cast<std::size_t>(T) * sizeof(std::int32_t));
   auto time_decode = [&](std::int64_t queries_per_request, std::size_t* bytes_used) {
     args.queries_per_request = queries_per_request;
+    args.token_order = TensorView{};
+    args.token_order_ready = false;
+    if (!o.order_per_call) {
+      args.token_order = TensorView::contiguous(step_order.data(), DType::kI32, {T}, device);
+      PlannedAttention<SparseDecodeArgs> first_layer(args);
+      first_layer(nullptr);
+      check_cuda(cudaDeviceSynchronize(), "the step's first call");
+      args.token_order_ready = true;
+    }
     PlannedAttention<SparseDecodeArgs> call(args);
     std::vector<float> runs = time_runs(o.warmup, o.runs, call);
     *bytes_used = call.plan().workspace_bytes();
@@ -258,7 +274,8 @@ nlohmann::json run_case(const Case& c, const Options& o, std::uint64_t seed) {
 
   nlohmann::json result = {{"label", c.label}, {"b", c.b}, {"s_q", c.s_q}, {"h_q", c.h_q},
                            {"format", std::string(kv_format_name(c.format))}, {"main_topk", c.main_topk},
-                           {"extra_topk", c.extra_topk}, {"median_us", median_us}, {"min_us", times.front()},
+                           {"extra_topk", c.extra_topk}, {"token_order", o.order_per_call ? "call" : "step"},
+                           {"median_us", median_us}, {"min_us", times.front()},
                            {"max_us", times.back()}, {"runs", o.runs}, {"tflops", tflops}, {"gbps", gbps},
                            {"true_gbps", true_bytes / (median_us * 1e-6) / 1e9},
                            {"pct_copy_ceiling", 100.0 * gbps / (kMeasuredCopyTBps * 1e3)},
@@ -277,6 +294,8 @@ nlohmann::json run_case(const Case& c, const Options& o, std::uint64_t seed) {
                               h_lse = download(lse);
     std::vector<std::uint8_t> h_extra = has_extra ? download(extra_cache.pages) : std::vector<std::uint8_t>{};
     SparseDecodeArgs host = args;
+    host.token_order = TensorView{};  // the device's, and a hint the reference has no use for
+    host.token_order_ready = false;
     host.q = on_host(args.q, h_q.data());
     host.main_cache.pages = on_host(args.main_cache.pages, h_main.data());
     host.main_indices = on_host(args.main_indices, main_indices.data());
@@ -368,6 +387,13 @@ int main_impl(int argc, char** argv) {
                    arg.c_str());
       return 2;
     }
+  }
+  if (const char* order = std::getenv("SMLA_BENCH_TOKEN_ORDER"); order != nullptr) {
+    if (std::string(order) != "call" && std::string(order) != "step") {
+      std::fprintf(stderr, "SMLA_BENCH_TOKEN_ORDER: expected step or call, got %s\n", order);
+      return 2;
+    }
+    o.order_per_call = std::string(order) == "call";
   }
   if (!cudatest::cuda_device_present()) {
     std::fprintf(stderr, "smla_bench_cuda: no CUDA device\n");

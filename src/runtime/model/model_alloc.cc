@@ -157,6 +157,7 @@ Status Model::Impl::allocate_activations() {
   SMLA_RETURN_IF_ERROR(memory->allocate(a.extra_indices, rows(max_extra, 4), "extra indices"));
   SMLA_RETURN_IF_ERROR(memory->allocate(a.extra_lens, rows(1, 4), "extra lens"));
   SMLA_RETURN_IF_ERROR(memory->allocate(a.o, rows(H * kHeadDim, 2), "attention output"));
+  for (Buffer& order : a.token_orders) SMLA_RETURN_IF_ERROR(memory->allocate(order, rows(1, 4), "token order"));
   return memory->allocate(a.gemm_workspace, model_detail::linear_workspace_bytes(*context), "GEMM workspace");
 }
 

@@ -5,6 +5,7 @@
 // enqueues) and model_step.cc (steps, verification, the decode graph).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <utility>
@@ -91,6 +92,9 @@ struct StepMetadataMem {
 struct Activations {
   Buffer x, x_in, layer_out, qr, qr_in, kv, q, q_bf16, kv_score, index_q, index_w, index_kv_score, q8, head_weights,
       local_topk, extra_indices, extra_lens, o;
+  // The attention's token order of each layer type (SparseDecodeArgs::token_order): the step's
+  // first layer of a type writes it, the later ones of that type read it.
+  std::array<Buffer, 3> token_orders;
   Buffer workspace, gemm_workspace;  // op workspace (max of the *_workspace_size queries), cuBLASLt scratch
 };
 
@@ -176,6 +180,8 @@ struct Model::Impl {
                 const model_detail::Buffer& out) const;
   Status compress(const model_detail::ModelLayer& layer, const model_detail::StepShape& shape, bool indexer);
   SparseDecodeArgs attention_args(const model_detail::ModelLayer& layer, std::int64_t tokens) const;
+  // Whether an earlier layer of the step has `layer`'s type (its token order is then written already).
+  bool token_order_written_before(int layer) const;
   // The layer type's plan for `tokens` tokens (made on first use).
   Expected<const AttentionPlan*> attention_plan(const model_detail::ModelLayer& layer, const SparseDecodeArgs& args,
                                                 std::int64_t tokens);

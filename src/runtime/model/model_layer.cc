@@ -21,6 +21,20 @@ using model_detail::kHeadDim;
 using model_detail::ModelLayer;
 using model_detail::StepShape;
 
+namespace {
+
+// A layer type's place in Activations::token_orders.
+std::size_t token_order_slot(LayerType type) {
+  switch (type) {
+    case LayerType::kSwaOnly: return 0;
+    case LayerType::kC4A: return 1;
+    case LayerType::kC128A: return 2;
+  }
+  return 0;
+}
+
+}  // namespace
+
 Status Model::Impl::mark(std::size_t index, const StepShape& shape) {
   return shape.timed ? memory->mark(index) : Status::Ok();
 }
@@ -241,7 +255,13 @@ SparseDecodeArgs Model::Impl::attention_args(const ModelLayer& layer, std::int64
   a.sink = view(layer.sink, DType::kF32, {H});
   a.softmax_scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
   a.out = view(act.o, DType::kBF16, {T, H, kHeadDim});
+  a.token_order = view(act.token_orders[token_order_slot(layer.type)], DType::kI32, {T});
   return a;
+}
+
+bool Model::Impl::token_order_written_before(int l) const {
+  const LayerType type = layers[static_cast<std::size_t>(l)].type;
+  return std::any_of(layers.begin(), layers.begin() + l, [type](const ModelLayer& earlier) { return earlier.type == type; });
 }
 
 Expected<const AttentionPlan*> Model::Impl::attention_plan(const ModelLayer& layer, const SparseDecodeArgs& args,
@@ -258,7 +278,9 @@ Expected<const AttentionPlan*> Model::Impl::attention_plan(const ModelLayer& lay
 // 4. Sparse attention: every token is a row over the paged caches; the
 // sampled rows are staged for verification.
 Status Model::Impl::attend(const ModelLayer& layer, int l, const StepShape& shape) {
-  const SparseDecodeArgs args = attention_args(layer, shape.tokens);
+  SparseDecodeArgs args = attention_args(layer, shape.tokens);
+  // The layers of one type share their lengths within a step (and a stale order would only be slower).
+  args.token_order_ready = token_order_written_before(l);
   auto plan = attention_plan(layer, args, shape.tokens);
   if (!plan) return plan.status().with_context("sparse_decode plan: ");
   SMLA_RETURN_IF_ERROR(sparse_decode(*context, **plan, args).with_context("sparse_decode: "));
