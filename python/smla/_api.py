@@ -104,9 +104,9 @@ def _workspace_handle(workspace):
     return _C.raw_buffer(workspace, "workspace")[:2]
 
 
-def _run(entry, args, workspace, stream):
+def _run(entry, args, workspace, stream, tail=()):
     address, size = _workspace_handle(workspace)
-    needed = entry(*args, address, size, _stream_handle(stream))
+    needed = entry(*args, address, size, _stream_handle(stream), *tail)
     if needed:
         raise _C.Error(f"workspace: expected a CUDA buffer of at least {needed} bytes, got {size}")
 
@@ -122,7 +122,7 @@ def _decode_args(q, main_cache, main_indices, main_lengths, extra_cache, extra_i
 
 def sparse_decode(q, main_cache, main_indices, *, main_lengths=None, extra_cache=None, extra_indices=None,
                   extra_lengths=None, sink=None, softmax_scale=None, out=None, lse=None, queries_per_request=1,
-                  backend="auto", workspace=None, stream=None):
+                  backend="auto", workspace=None, stream=None, token_order=None, token_order_ready=False):
     """Sparse MLA decode (and paged prefill) over one or two paged KV caches.
 
     Per query token t and head h (docs/attention.md): the first ``lengths[t]`` entries of each
@@ -148,6 +148,15 @@ def sparse_decode(q, main_cache, main_indices, *, main_lengths=None, extra_cache
       workspace: CUDA only, a contiguous device buffer of at least
         ``sparse_decode_workspace_size(...)`` bytes (smla.torch manages it for torch tensors).
       stream: CUDA only, a cudaStream_t as int or a stream object; None is the legacy default stream.
+      token_order: None, or a contiguous [T] int32 buffer on q's device holding the order in which
+        the Hopper (sm90) kernel runs the tokens (longest first). The first call of a step passes
+        token_order_ready=False and, when its plan orders tokens, writes the order into it; later
+        calls of the step with the same lengths (other layers of the kind) pass
+        token_order_ready=True and read it instead of computing it again. Results never depend on
+        it: any permutation of range(T), or values outside it (e.g. all -1), give the same
+        outputs; a stale order is only slower. Host backends, other GPUs and plans that do not
+        order tokens ignore it.
+      token_order_ready: True to read what an earlier call wrote into token_order (requires it).
 
     Returns:
       (out, lse). Raises smla.Error on any invalid argument, naming it.
@@ -158,28 +167,31 @@ def sparse_decode(q, main_cache, main_indices, *, main_lengths=None, extra_cache
         return smla_torch.sparse_decode(
             q, main_cache, main_indices, main_lengths=main_lengths, extra_cache=extra_cache,
             extra_indices=extra_indices, extra_lengths=extra_lengths, sink=sink, softmax_scale=softmax_scale,
-            out=out, lse=lse, queries_per_request=queries_per_request, backend=backend)
+            out=out, lse=lse, queries_per_request=queries_per_request, backend=backend, token_order=token_order,
+            token_order_ready=token_order_ready)
     if out is None:
         out = _alloc(q, "out", _shape2(q) + (VALUE_DIM,), "bf16")
     if lse is None:
         lse = _alloc(q, "lse", _shape2(q), "f32")
     args = _decode_args(q, main_cache, main_indices, main_lengths, extra_cache, extra_indices, extra_lengths, sink,
                         softmax_scale, out, lse, queries_per_request) + (backend_code(backend),)
-    _run(_C.sparse_decode, args, workspace, stream)
+    _run(_C.sparse_decode, args, workspace, stream, (token_order, bool(token_order_ready)))
     return out, lse
 
 
 def sparse_decode_workspace_size(q, main_cache, main_indices, *, main_lengths=None, extra_cache=None,
                                  extra_indices=None, extra_lengths=None, sink=None, softmax_scale=None, out,
-                                 lse=None, queries_per_request=1, backend="auto"):
+                                 lse=None, queries_per_request=1, backend="auto", token_order=None,
+                                 token_order_ready=False):
     """Bytes of CUDA workspace sparse_decode needs for these shapes (0 on host backends).
 
-    Depends only on shapes and the device, never on index or length values: size it once for the
-    largest batch. Takes the arguments of sparse_decode (out is required: its shape is checked).
+    Depends only on shapes and the device, never on index or length values (nor on token_order):
+    size it once for the largest batch. Takes the arguments of sparse_decode (out is required: its
+    shape is checked).
     """
     args = _decode_args(q, main_cache, main_indices, main_lengths, extra_cache, extra_indices, extra_lengths, sink,
                         softmax_scale, out, lse, queries_per_request) + (backend_code(backend),)
-    return _C.sparse_decode_workspace_size(*args)
+    return _C.sparse_decode_workspace_size(*args, token_order, bool(token_order_ready))
 
 
 def _shape2(q):

@@ -62,7 +62,8 @@ void fill_decode(DecodeCall& call, const py::handle& q, const py::handle& main_p
                  float main_fp8_scale, const py::handle& main_indices, const py::handle& main_lengths,
                  const py::handle& extra_pages, int extra_format, float extra_fp8_scale,
                  const py::handle& extra_indices, const py::handle& extra_lengths, const py::handle& sink,
-                 float softmax_scale, const py::handle& out, const py::handle& lse, std::int64_t queries_per_request) {
+                 float softmax_scale, const py::handle& out, const py::handle& lse, std::int64_t queries_per_request,
+                 const py::handle& token_order, bool token_order_ready) {
   PyTensorArgs& t = call.tensors;
   SparseDecodeArgs& a = call.args;
   a.q = t.view(q, "q");
@@ -82,6 +83,9 @@ void fill_decode(DecodeCall& call, const py::handle& q, const py::handle& main_p
   a.lse = t.view(lse, "lse", Access::kWrite);
   merge_leading_dims(a.lse, "lse", 2);
   a.queries_per_request = queries_per_request;
+  // A call that is not ready writes the order; a ready one only reads it.
+  a.token_order = t.view(token_order, "token_order", token_order_ready ? Access::kRead : Access::kWrite);
+  a.token_order_ready = token_order_ready;
 }
 
 struct PrefillCall {
@@ -164,6 +168,15 @@ constexpr auto kPrefillSize = [](const Context& c, const SparsePrefillArgs& a) {
 
 }  // namespace
 
+// The decode entries' arguments, positional as smla._api and smla.torch pass them; the step token
+// order (SparseDecodeArgs::token_order) comes last with defaults, so calls without it keep working.
+#define DECODE_ARGS                                                                                                  \
+  py::arg("q"), py::arg("main_pages"), py::arg("main_format"), py::arg("main_fp8_scale"), py::arg("main_indices"), \
+      py::arg("main_lengths"), py::arg("extra_pages"), py::arg("extra_format"), py::arg("extra_fp8_scale"),         \
+      py::arg("extra_indices"), py::arg("extra_lengths"), py::arg("sink"), py::arg("softmax_scale"), py::arg("out"), \
+      py::arg("lse"), py::arg("queries_per_request")
+#define TOKEN_ORDER_ARGS py::arg("token_order") = py::none(), py::arg("token_order_ready") = false
+
 void bind_attention(py::module_& m) {
   m.def(
       "sparse_decode",
@@ -171,26 +184,30 @@ void bind_attention(py::module_& m) {
          py::handle main_lengths, py::handle extra_pages, int extra_format, float extra_fp8_scale,
          py::handle extra_indices, py::handle extra_lengths, py::handle sink, float softmax_scale, py::handle out,
          py::handle lse, std::int64_t queries_per_request, int backend, std::uintptr_t workspace,
-         std::size_t workspace_bytes, std::uintptr_t stream) {
+         std::size_t workspace_bytes, std::uintptr_t stream, py::handle token_order, bool token_order_ready) {
         DecodeCall call;
         fill_decode(call, q, main_pages, main_format, main_fp8_scale, main_indices, main_lengths, extra_pages,
                     extra_format, extra_fp8_scale, extra_indices, extra_lengths, sink, softmax_scale, out, lse,
-                    queries_per_request);
+                    queries_per_request, token_order, token_order_ready);
         return run(call.args, backend, workspace, workspace_bytes, stream, kRunDecode, kDecodeSize);
       },
+      DECODE_ARGS, py::arg("backend"), py::arg("workspace"), py::arg("workspace_bytes"), py::arg("stream"),
+      TOKEN_ORDER_ARGS,
       "Low-level decode entry (use smla.sparse_decode). Returns 0, or the CUDA workspace bytes needed.");
   m.def(
       "sparse_decode_workspace_size",
       [](py::handle q, py::handle main_pages, int main_format, float main_fp8_scale, py::handle main_indices,
          py::handle main_lengths, py::handle extra_pages, int extra_format, float extra_fp8_scale,
          py::handle extra_indices, py::handle extra_lengths, py::handle sink, float softmax_scale, py::handle out,
-         py::handle lse, std::int64_t queries_per_request, int backend) {
+         py::handle lse, std::int64_t queries_per_request, int backend, py::handle token_order,
+         bool token_order_ready) {
         DecodeCall call;
         fill_decode(call, q, main_pages, main_format, main_fp8_scale, main_indices, main_lengths, extra_pages,
                     extra_format, extra_fp8_scale, extra_indices, extra_lengths, sink, softmax_scale, out, lse,
-                    queries_per_request);
+                    queries_per_request, token_order, token_order_ready);
         return workspace_size(call.args, backend, kDecodeSize);
-      });
+      },
+      DECODE_ARGS, py::arg("backend"), TOKEN_ORDER_ARGS);
   m.def(
       "sparse_prefill",
       [](py::handle q, py::handle kv, py::handle indices, py::handle topk_length, py::handle sink, float softmax_scale,
@@ -209,5 +226,8 @@ void bind_attention(py::module_& m) {
           return workspace_size(call.args, backend, kPrefillSize);
         });
 }
+
+#undef DECODE_ARGS
+#undef TOKEN_ORDER_ARGS
 
 }  // namespace smla::python
