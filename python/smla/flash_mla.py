@@ -33,8 +33,10 @@ _V4, _V32, _BF16_ROWS = (_C.kv_format_info(name)["code"] for name in ("v4-fp8", 
 
 @dataclasses.dataclass
 class FlashMLASchedMeta:
-    """FlashMLA's scheduler handle. smla plans inside each call, so it only records the shapes
-    of its first call and checks that later calls keep them (as FlashMLA requires)."""
+    """FlashMLA's scheduler handle. smla plans inside each call, so it records the shapes of its
+    first call and checks that later calls keep them (as FlashMLA requires). On CUDA it also holds
+    the step's token order (SparseDecodeArgs::token_order): the first call writes it, later calls
+    (the other layers, as with FlashMLA's scheduler metadata) read it."""
 
     @dataclasses.dataclass
     class Config:
@@ -53,6 +55,7 @@ class FlashMLASchedMeta:
     config: Optional[Config] = None
     tile_scheduler_metadata: Optional[torch.Tensor] = None
     num_splits: Optional[torch.Tensor] = None
+    token_order: Optional[torch.Tensor] = None  # [b * s_q] int32 on q's device (CUDA calls)
 
 
 def get_mla_metadata(*args, **kwargs) -> Tuple[FlashMLASchedMeta, None]:
@@ -98,6 +101,20 @@ def _per_token(lengths, s_q):
     if lengths is None or s_q == 1:
         return lengths
     return lengths.repeat_interleave(s_q)
+
+
+def _token_order(sched_meta, q, tokens):
+    """(buffer, ready) for a CUDA call: the first call with this sched meta gets a new buffer to
+    write; every later one reads it. CPU calls: (None, False). The buffer starts as -1 (the launch
+    order), so a later call whose plan orders tokens never reads garbage where the first call's
+    route left it unwritten."""
+    if not q.is_cuda:
+        return None, False
+    order = sched_meta.token_order
+    if order is None:
+        order = sched_meta.token_order = torch.full((tokens,), -1, dtype=torch.int32, device=q.device)
+        sched_meta._smla_order_written = False
+    return order, getattr(sched_meta, "_smla_order_written", False)
 
 
 def flash_mla_with_kvcache(
@@ -163,9 +180,10 @@ def flash_mla_with_kvcache(
     lse = torch.empty((b, s_q, h_q), dtype=torch.float32, device=q.device)
     scale = d_qk ** -0.5 if softmax_scale is None else float(softmax_scale)
     main_lengths, extra_lengths = _per_token(topk_length, s_q), _per_token(extra_topk_length, s_q)
+    token_order, order_ready = _token_order(tile_scheduler_metadata, q, b * s_q)
     # The extension takes FlashMLA's [b, s_q, ...] views as they are (it merges b and s_q).
     args = [q, k_cache, main_format, 1.0, indices, main_lengths, extra_k_cache, extra_format, 1.0,
-            extra_indices_in_kvcache, extra_lengths, attn_sink, scale, out, lse, s_q, _AUTO]
+            extra_indices_in_kvcache, extra_lengths, attn_sink, scale, out, lse, s_q, _AUTO, token_order, order_ready]
     try:
         _smla_torch.decode_op()(*args)
     except _C.Error as error:
@@ -177,6 +195,8 @@ def flash_mla_with_kvcache(
         if has_extra:
             args[9] = extra_indices_in_kvcache.reshape(b * s_q, extra_topk)
         _smla_torch.decode_op()(*args)
+    if token_order is not None:
+        tile_scheduler_metadata._smla_order_written = True  # only after a call that ran: later calls read it
     return out, lse.transpose(1, 2)
 
 
