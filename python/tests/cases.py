@@ -98,3 +98,11 @@ def prefill_case(rng, s_q=6, heads=8, s_kv=20, topk=9, d_qk=512, lengths=True, s
     expected = attend(bf16_bits_to_f64(q), [(lambda s: kv64[s], indices, topk_length, s_kv)], sink_values, scale)
     return dict(q=q, kv=kv, indices=indices, topk_length=topk_length, sink=sink_values, softmax_scale=scale,
                 expected=expected)
+
+
+def step_order_case(rng, b=80, s_q=2, heads=64):
+    """A DeepSeek-V4 decode step of b * s_q tokens x 64 heads with random per-request lengths: more
+    CTAs than one wave of an H100/H200, so the Hopper kernel's plan orders its tokens
+    (SparseDecodeArgs::token_order)."""
+    return decode_case(rng, fmt="v4-fp8", tokens=b * s_q, heads=heads, page_size=64, num_pages=8, k_main=128,
+                       extra_page_size=64, extra_pages=16, k_extra=192, length_group=s_q)

@@ -22,3 +22,11 @@ def cuda_available():
     import smla
 
     return torch.cuda.is_available() and "cuda" in smla.info()["available_backends"]
+
+
+def orders_tokens():
+    """Whether the CUDA device runs the Hopper kernel, whose decode plans past one wave of CTAs
+    order their tokens (and write SparseDecodeArgs::token_order)."""
+    import torch
+
+    return torch.cuda.get_device_capability()[0] == 9

@@ -11,9 +11,9 @@ torch = pytest.importorskip("torch")
 
 import smla  # noqa: E402
 import smla.torch as smla_torch  # noqa: E402
-from cases import decode_case, decode_kwargs, prefill_case  # noqa: E402
-from conftest import cuda_available  # noqa: E402
-from reference import assert_close, bf16_bits_to_f64, padded_pages  # noqa: E402
+from cases import decode_case, decode_kwargs, prefill_case, step_order_case  # noqa: E402
+from conftest import cuda_available, orders_tokens  # noqa: E402
+from reference import assert_close, attend, bf16_bits_to_f64, decode_rows, padded_pages  # noqa: E402
 from torch_util import bf16_to_numpy_bits, to_torch  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not cuda_available(), reason="no CUDA device (or smla built without CUDA)")
@@ -167,3 +167,119 @@ def test_cupy_arrays_through_dlpack_on_a_caller_stream(rng):
     smla.sparse_decode(q, main, idx, out=out, lse=lse, workspace=workspace, stream=stream, **kwargs)
     stream.synchronize()
     assert_close(bf16_bits_to_f64(cupy.asnumpy(out)), cupy.asnumpy(lse), *case["expected"])
+
+
+def assert_permutation(order):
+    assert sorted(order.cpu().tolist()) == list(range(order.numel())), "token_order: not a permutation of range(T)"
+
+
+def expected_with_lengths(case, main_lengths, extra_lengths):
+    """The float64 model of a case with other (not longer) lengths: only rows it selected are read."""
+    def source(cache, indices, lengths):
+        pages = cache.pages
+        return (lambda s: decode_rows(pages, case["fmt"], s), indices, lengths, pages.shape[0] * pages.shape[1])
+
+    return attend(bf16_bits_to_f64(case["q"]), [source(case["main_cache"], case["main_indices"], main_lengths),
+                                                source(case["extra_cache"], case["extra_indices"], extra_lengths)],
+                  case["sink"], case["softmax_scale"])
+
+
+def test_step_token_order_written_then_read(rng):
+    """The first call of a step (ready=False) writes the order, later calls (ready=True) read it;
+    results match the model and never depend on the buffer's contents."""
+    b, s_q = 80, 2
+    T = b * s_q
+    case = step_order_case(rng, b, s_q)
+    order = torch.full((T,), -1, dtype=torch.int32, device="cuda")
+    first = run_decode(case, queries_per_request=s_q, token_order=order, token_order_ready=False)
+    check(case, *first)
+    written = order.clone()
+    if orders_tokens():
+        assert_permutation(written)
+    later = run_decode(case, queries_per_request=s_q, token_order=order, token_order_ready=True)
+    check(case, *later)
+    assert torch.equal(order, written), "a ready call wrote token_order"
+    assert torch.equal(later[0], first[0]) and torch.equal(later[1], first[1])
+    order.fill_(-1)  # the launch order
+    launch = run_decode(case, queries_per_request=s_q, token_order=order, token_order_ready=True)
+    assert torch.equal(launch[0], first[0]) and torch.equal(launch[1], first[1])
+    assert torch.all(order == -1)
+    # Through the generic API too, and a stale order (another step's lengths): slower, never wrong.
+    other = step_order_case(rng, b, s_q)
+    order.copy_(written)
+    out, lse = smla.sparse_decode(to_torch(other["q"], "cuda"), to_torch(other["main_cache"], "cuda"),
+                                  to_torch(other["main_indices"], "cuda"), queries_per_request=s_q,
+                                  token_order=order, token_order_ready=True, **cuda_kwargs(other))
+    check(other, out, lse)
+    with pytest.raises(smla.Error, match="token_order"):
+        run_decode(case, token_order=order.to(torch.int64))
+    with pytest.raises(smla.Error, match="token_order"):
+        run_decode(case, token_order=order.cpu())
+
+
+def test_step_token_order_under_graph_replay(rng):
+    """A captured step (the writing call, then a reading one) follows every replay's lengths."""
+    b, s_q = 80, 2
+    T = b * s_q
+    case = step_order_case(rng, b, s_q)
+    q = to_torch(case["q"], "cuda")
+    cache, idx, kwargs = to_torch(case["main_cache"], "cuda"), to_torch(case["main_indices"], "cuda"), cuda_kwargs(case)
+    order = torch.full((T,), -1, dtype=torch.int32, device="cuda")
+    outs = [(torch.empty((T, 64, 512), dtype=torch.bfloat16, device="cuda"),
+             torch.empty((T, 64), dtype=torch.float32, device="cuda")) for _ in range(2)]
+
+    def step():
+        for layer, (out, lse) in enumerate(outs):
+            smla_torch.sparse_decode(q, cache, idx, out=out, lse=lse, queries_per_request=s_q, token_order=order,
+                                     token_order_ready=layer > 0, **kwargs)
+
+    step()  # warm-up: sizes the workspace
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    for out, lse in outs:
+        out.fill_(float("nan"))
+    order.fill_(-1)
+    graph.replay()
+    torch.cuda.synchronize()
+    for out, lse in outs:
+        check(case, out, lse)
+    if orders_tokens():
+        assert_permutation(order)
+    # New (shorter) lengths in the captured buffers: the replay orders the tokens by them.
+    main_lengths = rng.integers(0, case["main_lengths"][::s_q] + 1).astype(np.int32).repeat(s_q)
+    extra_lengths = rng.integers(0, case["extra_lengths"][::s_q] + 1).astype(np.int32).repeat(s_q)
+    kwargs["main_lengths"].copy_(torch.from_numpy(main_lengths))
+    kwargs["extra_lengths"].copy_(torch.from_numpy(extra_lengths))
+    graph.replay()
+    torch.cuda.synchronize()
+    replay_case = dict(case, expected=expected_with_lengths(case, main_lengths, extra_lengths))
+    for out, lse in outs:
+        check(replay_case, out, lse)
+    if orders_tokens():
+        assert_permutation(order)
+
+
+@pytest.mark.skipif(not hasattr(torch.library, "custom_op"), reason="torch.library.custom_op needs torch >= 2.4")
+def test_torch_compile_with_token_order(rng):
+    b, s_q = 80, 2
+    case = step_order_case(rng, b, s_q)
+    q, cache = to_torch(case["q"], "cuda"), to_torch(case["main_cache"], "cuda")
+    idx, kwargs = to_torch(case["main_indices"], "cuda"), cuda_kwargs(case)
+    order = torch.full((b * s_q,), -1, dtype=torch.int32, device="cuda")
+
+    def step(q, order):
+        first = smla_torch.sparse_decode(q * 1, cache, idx, queries_per_request=s_q, token_order=order,
+                                         token_order_ready=False, **kwargs)
+        later = smla_torch.sparse_decode(q * 1, cache, idx, queries_per_request=s_q, token_order=order,
+                                         token_order_ready=True, **kwargs)
+        return first, later
+
+    compiled = torch.compile(step, fullgraph=True)
+    first, later = compiled(q, order)
+    check(case, *first)
+    check(case, *later)
+    assert torch.equal(first[0], later[0]) and torch.equal(first[1], later[1])
+    if orders_tokens():
+        assert_permutation(order)  # the op's mutation reaches the caller's buffer

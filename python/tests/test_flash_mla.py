@@ -7,8 +7,8 @@ torch = pytest.importorskip("torch")
 
 import smla  # noqa: E402
 import smla.flash_mla as flash_mla  # noqa: E402
-from cases import decode_case, prefill_case  # noqa: E402
-from conftest import cuda_available  # noqa: E402
+from cases import decode_case, prefill_case, step_order_case  # noqa: E402
+from conftest import cuda_available, orders_tokens  # noqa: E402
 from reference import assert_close, bf16_bits_to_f64  # noqa: E402
 from torch_util import bf16_to_numpy_bits, to_torch  # noqa: E402
 
@@ -71,6 +71,11 @@ def test_out_in_place_and_sched_meta_reuse(rng, device):
     other = decode_case(rng, tokens=b * s_q, heads=16, length_group=s_q)
     with pytest.raises(smla.Error, match="tile_scheduler_metadata"):
         flash_mla_decode(other, b, s_q, device, sched=sched)
+    # The step's token order: a buffer of b * s_q on CUDA, none on the CPU.
+    if device == "cpu":
+        assert sched.token_order is None
+    else:
+        assert sched.token_order.shape == (b * s_q,) and sched.token_order.dtype == torch.int32
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -90,6 +95,37 @@ def test_views_whose_batch_and_seq_dims_do_not_merge(rng, device):
         topk_length=to_torch(case["main_lengths"][::s_q], device),
         extra_topk_length=to_torch(case["extra_lengths"][::s_q], device))
     assert torch.equal(out, out2) and torch.equal(lse, lse2)
+
+
+@pytest.mark.skipif(not cuda_available(), reason="no CUDA device (or smla built without CUDA)")
+def test_sched_meta_carries_the_step_token_order(rng):
+    """The first call with a FlashMLASchedMeta writes the step's token order into its buffer; the
+    later calls (the other layers) read it, as FlashMLA's scheduler metadata is reused."""
+    b, s_q = 80, 2
+    case = step_order_case(rng, b, s_q)
+    sched = flash_mla.get_mla_metadata()[0]
+    first = flash_mla_decode(case, b, s_q, "cuda", sched=sched)
+    check_decode(case, b, s_q, *first)
+    order = sched.token_order
+    assert order is not None and order.shape == (b * s_q,) and order.dtype == torch.int32 and order.is_cuda
+    written = order.clone()
+    if orders_tokens():
+        assert sorted(written.cpu().tolist()) == list(range(b * s_q)), "token_order: not a permutation"
+    later = flash_mla_decode(case, b, s_q, "cuda", sched=sched)  # the next layer: reads the order
+    check_decode(case, b, s_q, *later)
+    assert sched.token_order is order and torch.equal(order, written)
+    assert torch.equal(later[0], first[0]) and torch.equal(later[1], first[1])
+    order.fill_(-1)  # a later call only reads it: -1 (the launch order) stays, and gives the same results
+    again = flash_mla_decode(case, b, s_q, "cuda", sched=sched)
+    assert torch.all(order == -1)
+    assert torch.equal(again[0], first[0]) and torch.equal(again[1], first[1])
+    other = step_order_case(rng, b, s_q)  # same shapes, other lengths: a stale order is only slower
+    check_decode(other, b, s_q, *flash_mla_decode(other, b, s_q, "cuda", sched=sched))
+    fresh = flash_mla.get_mla_metadata()[0]  # a new step: a new order
+    check_decode(other, b, s_q, *flash_mla_decode(other, b, s_q, "cuda", sched=fresh))
+    assert fresh.token_order is not order
+    if orders_tokens():
+        assert sorted(fresh.token_order.cpu().tolist()) == list(range(b * s_q))
 
 
 def test_flash_mla_argument_checks(rng):

@@ -119,6 +119,41 @@ def test_queries_per_request_does_not_change_results(rng):
     assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
 
 
+@pytest.mark.parametrize("backend", HOST_BACKENDS)
+def test_token_order_buffer_does_not_change_results(rng, backend):
+    """Host backends ignore the step's token order: the results and the buffer are as they were."""
+    case = decode_case(rng, tokens=6)
+    args = (case["q"], case["main_cache"], case["main_indices"])
+    base_out, base_lse = smla.sparse_decode(*args, backend=backend, **decode_kwargs(case))
+    order = np.full(6, -1, np.int32)
+    for ready in (False, True):
+        out, lse = smla.sparse_decode(*args, backend=backend, token_order=order, token_order_ready=ready,
+                                      **decode_kwargs(case))
+        assert np.array_equal(out, base_out) and np.array_equal(lse, base_lse)
+    assert np.all(order == -1)
+    permuted = rng.permutation(6).astype(np.int32)
+    permuted.flags.writeable = False  # a ready call only reads it
+    out, lse = smla.sparse_decode(*args, backend=backend, token_order=permuted, token_order_ready=True,
+                                  **decode_kwargs(case))
+    assert np.array_equal(out, base_out) and np.array_equal(lse, base_lse)
+    assert smla.sparse_decode_workspace_size(*args, out=out, token_order=order, token_order_ready=True,
+                                             backend=backend, **decode_kwargs(case)) == 0
+
+
+def test_extension_decode_entry_without_token_order_arguments(rng):
+    """smla._C.sparse_decode's token order arguments are trailing and optional (callers that
+    predate them, e.g. bench/python/host_overhead.py, pass everything else positionally)."""
+    case = decode_case(rng, extra=False, tokens=3)
+    base_out, base_lse = smla.sparse_decode(case["q"], case["main_cache"], case["main_indices"],
+                                            **decode_kwargs(case))
+    out, lse = np.empty_like(base_out), np.empty_like(base_lse)
+    pages, fmt = case["main_cache"].pages, smla.kv_format_info("v4-fp8")["code"]
+    args = (case["q"], pages, fmt, 1.0, case["main_indices"], case["main_lengths"], None, -1, 1.0, None, None,
+            case["sink"], case["softmax_scale"], out, lse, 1, smla._api.backend_code("auto"))
+    assert smla._C.sparse_decode(*args, 0, 0, 0) == 0
+    assert np.array_equal(out, base_out) and np.array_equal(lse, base_lse)
+    assert "token_order" in _error(smla._C.sparse_decode, *args, 0, 0, 0, None, True)
+
 # ---------------------------------------------------------------------------------------------
 # Errors: every bad input raises smla.Error naming the argument; nothing crashes.
 
@@ -153,6 +188,22 @@ def test_bad_inputs_name_the_argument(rng):
     assert "queries_per_request" in _error(smla.sparse_decode, q, cache, idx, queries_per_request=0)
     assert "workspace" in _error(smla.sparse_decode, q, cache, idx, workspace=object())
     assert "stream" in _error(smla.sparse_decode, q, cache, idx, stream="default")
+
+
+def test_bad_token_order_names_it(rng):
+    case = decode_case(rng, extra=False)
+    q, cache, idx = case["q"], case["main_cache"], case["main_indices"]
+    T = q.shape[0]
+    bad = {"dtype": np.zeros(T, np.int64), "shape": np.zeros(T + 1, np.int32), "rank": np.zeros((T, 1), np.int32),
+           "strides": np.zeros(2 * T, np.int32)[::2]}
+    for what, order in bad.items():
+        for ready in (False, True):
+            message = _error(smla.sparse_decode, q, cache, idx, token_order=order, token_order_ready=ready)
+            assert "token_order" in message, (what, message)
+    assert "token_order" in _error(smla.sparse_decode, q, cache, idx, token_order_ready=True)
+    readonly = np.zeros(T, np.int32)
+    readonly.flags.writeable = False  # a call that is not ready writes it
+    assert "token_order" in _error(smla.sparse_decode, q, cache, idx, token_order=readonly)
 
 
 def test_big_endian_and_misaligned_arrays_are_refused(rng):

@@ -91,3 +91,41 @@ def test_byte_cache_dtypes_give_the_same_bits(rng, dtype_name):
     assert torch.equal(out, base_out) and torch.equal(lse, base_lse)
     inferred, _ = smla_torch.sparse_decode(q, cache.pages.view(dtype), idx, **kwargs)  # format from the row size
     assert torch.equal(inferred, base_out)
+
+
+def test_torch_token_order_is_ignored_on_the_host(rng):
+    case = decode_case(rng, tokens=6)
+    q, cache, idx, kwargs = to_torch(case["q"]), to_torch(case["main_cache"]), to_torch(case["main_indices"]), \
+        torch_kwargs(case)
+    base_out, base_lse = smla_torch.sparse_decode(q, cache, idx, **kwargs)
+    order = torch.full((6,), -1, dtype=torch.int32)
+    for decode in (smla_torch.sparse_decode, smla.sparse_decode):  # the generic API hands torch tensors over
+        for ready in (False, True):
+            out, lse = decode(q, cache, idx, token_order=order, token_order_ready=ready, **kwargs)
+            assert torch.equal(out, base_out) and torch.equal(lse, base_lse)
+    assert torch.equal(order, torch.full((6,), -1, dtype=torch.int32))
+    out, lse = smla_torch.sparse_decode(q, cache, idx, token_order=torch.randperm(6, dtype=torch.int32),
+                                        token_order_ready=True, **kwargs)
+    assert torch.equal(out, base_out) and torch.equal(lse, base_lse)
+
+
+def test_torch_bad_token_order_names_it(rng):
+    case = decode_case(rng, extra=False)
+    q, cache, idx = to_torch(case["q"]), to_torch(case["main_cache"]), to_torch(case["main_indices"])
+    T = q.shape[0]
+    bad = {"dtype": torch.zeros(T, dtype=torch.int64), "shape": torch.zeros(T + 1, dtype=torch.int32),
+           "strides": torch.zeros(2 * T, dtype=torch.int32)[::2]}
+    for decode in (smla_torch.sparse_decode, smla.sparse_decode):
+        for what, order in bad.items():
+            with pytest.raises(smla.Error, match="token_order"):
+                decode(q, cache, idx, token_order=order)
+            with pytest.raises(smla.Error, match="token_order"):
+                decode(q, cache, idx, token_order=order, token_order_ready=True)
+        with pytest.raises(smla.Error, match="token_order"):
+            decode(q, cache, idx, token_order_ready=True)
+
+
+@pytest.mark.skipif(not hasattr(torch.library, "custom_op"), reason="torch.library.custom_op needs torch >= 2.4")
+def test_registered_decode_op_mutates_token_order():
+    schema = str(torch.ops.smla.sparse_decode.default._schema)
+    assert "Tensor(a" in schema and "!)? token_order" in schema and "bool token_order_ready" in schema, schema
