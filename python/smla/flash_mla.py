@@ -56,6 +56,7 @@ class FlashMLASchedMeta:
     tile_scheduler_metadata: Optional[torch.Tensor] = None
     num_splits: Optional[torch.Tensor] = None
     token_order: Optional[torch.Tensor] = None  # [b * s_q] int32 on q's device (CUDA calls)
+    token_order_written: bool = False  # a call with this sched meta has run: later ones read the order
 
 
 def get_mla_metadata(*args, **kwargs) -> Tuple[FlashMLASchedMeta, None]:
@@ -110,11 +111,9 @@ def _token_order(sched_meta, q, tokens):
     route left it unwritten."""
     if not q.is_cuda:
         return None, False
-    order = sched_meta.token_order
-    if order is None:
-        order = sched_meta.token_order = torch.full((tokens,), -1, dtype=torch.int32, device=q.device)
-        sched_meta._smla_order_written = False
-    return order, getattr(sched_meta, "_smla_order_written", False)
+    if sched_meta.token_order is None:
+        sched_meta.token_order = torch.full((tokens,), -1, dtype=torch.int32, device=q.device)
+    return sched_meta.token_order, sched_meta.token_order_written
 
 
 def flash_mla_with_kvcache(
@@ -196,7 +195,7 @@ def flash_mla_with_kvcache(
             args[9] = extra_indices_in_kvcache.reshape(b * s_q, extra_topk)
         _smla_torch.decode_op()(*args)
     if token_order is not None:
-        tile_scheduler_metadata._smla_order_written = True  # only after a call that ran: later calls read it
+        tile_scheduler_metadata.token_order_written = True  # only after a call that ran: later calls read it
     return out, lse.transpose(1, 2)
 
 

@@ -14,7 +14,7 @@ import smla.torch as smla_torch  # noqa: E402
 from cases import decode_case, decode_kwargs, prefill_case, step_order_case  # noqa: E402
 from conftest import cuda_available, orders_tokens  # noqa: E402
 from reference import assert_close, attend, bf16_bits_to_f64, decode_rows, padded_pages  # noqa: E402
-from torch_util import bf16_to_numpy_bits, to_torch  # noqa: E402
+from torch_util import assert_permutation, bf16_to_numpy_bits, to_torch  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not cuda_available(), reason="no CUDA device (or smla built without CUDA)")
 
@@ -167,10 +167,6 @@ def test_cupy_arrays_through_dlpack_on_a_caller_stream(rng):
     smla.sparse_decode(q, main, idx, out=out, lse=lse, workspace=workspace, stream=stream, **kwargs)
     stream.synchronize()
     assert_close(bf16_bits_to_f64(cupy.asnumpy(out)), cupy.asnumpy(lse), *case["expected"])
-
-
-def assert_permutation(order):
-    assert sorted(order.cpu().tolist()) == list(range(order.numel())), "token_order: not a permutation of range(T)"
 
 
 def expected_with_lengths(case, main_lengths, extra_lengths):

@@ -26,3 +26,8 @@ def to_torch(value, device="cpu"):
 
 def bf16_to_numpy_bits(tensor):
     return tensor.detach().cpu().contiguous().view(torch.int16).numpy().view(np.uint16)
+
+
+def assert_permutation(order):
+    """order (a torch tensor) holds every value of range(order.numel()) once."""
+    assert sorted(order.cpu().tolist()) == list(range(order.numel())), "token_order: not a permutation of range(T)"
