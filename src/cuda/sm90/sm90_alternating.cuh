@@ -220,6 +220,48 @@ __device__ __forceinline__ void publish_rows(float* to, const float (&value)[2],
   __syncwarp();
 }
 
+// Lazy references. A row's probabilities are taken against a reference that both
+// warpgroups keep equal (the row max when it last moved it) and that moves only
+// when the row max leaves [reference, reference + kLazyLead / scale_log2]: P is
+// then at most 2^kLazyLead, which bf16 P and the f32 sums hold with the same
+// relative precision, and O's 128-multiply rescale (and even's second one for the
+// pair's max) is skipped by the warp vote on almost every pair, where with the
+// exact max it ran on 97% of them (docs/PERF.md, session 19). Both warpgroups
+// reach the same reference from the same (reference, max) by the same arithmetic,
+// so none is exchanged; the item's end rescales O and the sums to the true max,
+// after which the statistics are those of the exact scheme.
+inline constexpr float kLazyLead = 8.0f;
+
+__device__ __forceinline__ float lazy_reference(float reference, float row_max, float scale_log2) {
+  const float candidate = exp2_reference(row_max);
+  const float lead = (candidate - reference) * scale_log2;
+  return lead >= 0.0f && lead <= kLazyLead ? reference : candidate;  // NaN leads (inf - inf) move it
+}
+
+// The factor taking what was accumulated against `from` to `to`; max_before is the
+// row max it was accumulated under (-inf: nothing yet, all zeros, whose factor must
+// stay finite however far `to` lies below `from`).
+__device__ __forceinline__ float reference_change(float from, float to, float max_before, float scale_log2) {
+  if (from == to) return 1.0f;
+  return max_before == -INFINITY ? 0.0f : exp2f((from - to) * scale_log2);
+}
+
+// One tile's step of a row under lazy references: row_max takes the tile's max,
+// the reference follows it only as far as lazy_reference says.
+__device__ __forceinline__ void advance_rows_lazily(float (&row_max)[2], float (&reference)[2],
+                                                    const float (&tile_max)[2], float scale_log2, float (&alpha)[2],
+                                                    float (&row_sum)[2]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float before = row_max[h];
+    row_max[h] = fmaxf(before, tile_max[h]);
+    const float next = lazy_reference(reference[h], row_max[h], scale_log2);
+    alpha[h] = reference_change(reference[h], next, before, scale_log2);
+    reference[h] = next;
+    row_sum[h] *= alpha[h];
+  }
+}
+
 // Issues (does not commit) the 16-value steps [kFirstStep, kEndStep) of S = Q K^T
 // once the K half they read has landed; the first step of the tile overwrites S.
 template <int kDim, int kFirstStep, int kEndStep>
@@ -271,6 +313,7 @@ __device__ __forceinline__ void run_alternating_consumer(const SparseAttentionPa
 #pragma unroll
   for (int i = 0; i < 128; ++i) o[i] = 0.0f;
   float row_max[2] = {-INFINITY, -INFINITY};  // the same in both warpgroups after every pair
+  float reference[2] = {0.0f, 0.0f};          // so is this (lazy_reference); 0: exp2_reference of -inf
   float row_sum[2] = {0.0f, 0.0f};            // of this warpgroup's tiles; the two meet at the end
   // Even's P V of odd's P of the pair before (issued ahead of this pair's Q K^T, so both run together).
   auto issue_partner_pv = [&](int parity) {
@@ -318,13 +361,13 @@ __device__ __forceinline__ void run_alternating_consumer(const SparseAttentionPa
     float tile_max[2];
     mask_scores(s, valid_s, lane, tile_max);
     float alpha[2];
-    float reference[2];
+    [[maybe_unused]] const float pair_reference[2] = {reference[0], reference[1]};  // the pair before's (even: beta)
     if constexpr (kOdd) {
       wait_at(kWaitOddEvenMax, thread, barriers.hand_off(kEvenMaxReady), parity);
 #pragma unroll
       for (int h = 0; h < 2; ++h) tile_max[h] = fmaxf(tile_max[h], even_max_s[row0 + 8 * h]);
     }
-    advance_rows(row_max, tile_max, p.scale_log2, reference, alpha, row_sum);
+    advance_rows_lazily(row_max, reference, tile_max, p.scale_log2, alpha, row_sum);
     if constexpr (kOdd) {
       publish_rows(pair_max_s, row_max, row0, lane);
       mbarrier_arrive(barriers.hand_off(kPairMaxReady));
@@ -347,12 +390,18 @@ __device__ __forceinline__ void run_alternating_consumer(const SparseAttentionPa
       float beta[2];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const RowRescale step = advance_row_max(row_max[h], pair_max_s[row0 + 8 * h], p.scale_log2);
-        beta[h] = step.alpha;
+        // The pair's reference as odd reached it: from the pair before's, by the pair's max.
+        const float own_max = row_max[h];
+        row_max[h] = pair_max_s[row0 + 8 * h];
+        const float next = lazy_reference(pair_reference[h], row_max[h], p.scale_log2);
+        beta[h] = reference_change(reference[h], next, own_max, p.scale_log2);
+        reference[h] = next;
         row_sum[h] *= beta[h];
       }
+      if (__any_sync(0xFFFFFFFFu, beta[0] != 1.0f || beta[1] != 1.0f)) {
 #pragma unroll
-      for (int i = 0; i < 32; ++i) s[i] *= beta[(i % 4) / 2];
+        for (int i = 0; i < 32; ++i) s[i] *= beta[(i % 4) / 2];
+      }
       Probabilities pair_probabilities;
       pack_probabilities(s, pair_probabilities);
       store_probabilities(own_p, pair_probabilities, warp, lane);
@@ -387,6 +436,14 @@ __device__ __forceinline__ void run_alternating_consumer(const SparseAttentionPa
     mbarrier_arrive(barriers.empty(1, 0));  // buffer 1, left: the next item's first pair may fill it
     if (thread == 0) trace_item(kItemPairsDone);
   }
+  // O and the sums from the lazy reference to the true max: the exact scheme's statistics from here on.
+  float to_max[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    to_max[h] = reference_change(reference[h], exp2_reference(row_max[h]), row_max[h], p.scale_log2);
+    row_sum[h] *= to_max[h];
+  }
+  rescale_changed_rows(o, to_max[0], to_max[1]);
 
   // Row statistics: each warpgroup's sums over its tiles meet; even publishes.
   float* sum_s = reinterpret_cast<float*>(smem + Layout::kRowSum);
