@@ -301,6 +301,29 @@ TEST(CudaSm90Attention, AlternatingTilesEdges) {
   }
 }
 
+// The copying kernel's lazy references move only when a row's max runs 2^8 past
+// them (log2 units). Logits of a standard deviation of 16 and 64 (value_scale 4
+// and 8: Q and K of those deviations) make the max jump by more than that from
+// tile to tile, in either warpgroup's tile, so the reference moves mid-row, in
+// pairs where only one side's max moved and where both did; the item's end takes
+// O to the true max.
+TEST(CudaSm90Attention, AlternatingTilesLazyReferences) {
+  SKIP_WITHOUT_DEVICE();
+  for (const double value_scale : {4.0, 8.0}) {
+    for (const int d_qk : {512, 576}) {
+      testkit::PrefillCaseOptions o;
+      o.s_q = 6;
+      o.s_kv = 2000;
+      o.num_heads = d_qk == 512 ? 128 : 64;
+      o.d_qk = d_qk;
+      o.topk = 900;  // 15 tiles: seven pairs and the odd count's empty tile
+      o.value_scale = value_scale;
+      o.seed = static_cast<std::uint64_t>(d_qk) + static_cast<std::uint64_t>(value_scale);
+      expect_prefill_matches(o, "flat d" + std::to_string(d_qk) + " value scale " + std::to_string(value_scale));
+    }
+  }
+}
+
 // The kernel of copied rows on fewer CTAs than blocks: each CTA runs its blocks in
 // turn, and the barriers' phases, the Q tile and the K buffers carry over from one
 // to the next. Per-token lengths (so neighbouring blocks have different tile
