@@ -281,12 +281,14 @@ __device__ __forceinline__ void issue_score_steps(float (&s)[32], std::uint64_t 
 
 // One consumer warpgroup of the alternating scheme, one work item. kOdd: tiles 1, 3,
 // ... and O columns 256-511. first_parity as for the producer. On return every K
-// half is released and both warpgroups are done with the Q tile (the next item's Q
-// may be requested).
-template <class Loader, bool kOdd>
+// half is released and both warpgroups are done with the Q tile. query_free() (by
+// every even thread) is called once the Q tile may take the next item's Q: after
+// the output where it is staged there, else as soon as both warpgroups' last
+// Q K^T are done, so the next Q lands under this item's output stores.
+template <class Loader, bool kOdd, class QueryFree>
 __device__ __forceinline__ void run_alternating_consumer(const SparseAttentionParams& p, std::uint8_t* smem, int token,
                                                          int head0, int split, int num_pairs, int first_parity,
-                                                         int thread) {
+                                                         int thread, QueryFree&& query_free) {
   using Layout = Sm90Layout<Loader::kDim>;
   constexpr int kOwn = kOdd ? 1 : 0;  // this warpgroup's K buffer, and its half of O's columns
   constexpr int kPartner = 1 - kOwn;
@@ -451,6 +453,8 @@ __device__ __forceinline__ void run_alternating_consumer(const SparseAttentionPa
   for (int h = 0; h < 2; ++h) row_sum[h] = row_reduce_sum<4>(row_sum[h]);
   if constexpr (kOdd) publish_rows(sum_s, row_sum, row0, lane);
   named_barrier_sync(kConsumers, kConsumerThreads);  // odd's sums in; both done with pair_max_s
+  const bool staged = output_is_staged(p);
+  if (!kOdd && !staged) query_free();  // every wgmma that read the Q tile has completed
   if (!kOdd && thread == 0) trace_item(kItemStatsDone);
   if constexpr (!kOdd) {
     float row_total[2] = {row_sum[0], row_sum[1]};
@@ -474,6 +478,7 @@ __device__ __forceinline__ void run_alternating_consumer(const SparseAttentionPa
   fence_view_async_shared();
   named_barrier_sync(kConsumers, kConsumerThreads);
   if (!kOdd && thread == 0) trace_item(kItemOutputDone);
+  if (!kOdd && staged) query_free();
 }
 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
@@ -595,8 +600,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           stage_query<Loader::kDim>(p, item.token, item.head0, smem, tid, query_parity);
           if (tid == 0) trace_item(kItemQueryIn);
           run_alternating_consumer<Loader, false>(p, smem, item.token, item.head0, item.split, num_pairs, pair_parity,
-                                                  tid);
-          request_next_query(index);
+                                                  tid, [&] { request_next_query(index); });
         },
         [&](int index, int query_parity) {
           skip_query(query_parity);
@@ -608,7 +612,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         [&](int, const WorkItem& item, const SplitKeys&, int num_pairs, int pair_parity, int query_parity) {
           stage_query<Loader::kDim>(p, item.token, item.head0, smem, tid, query_parity);
           run_alternating_consumer<Loader, true>(p, smem, item.token, item.head0, item.split, num_pairs, pair_parity,
-                                                 tid - 128);
+                                                 tid - 128, [] {});
         },
         [&](int, int query_parity) { skip_query(query_parity); });
   }
