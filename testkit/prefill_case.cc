@@ -29,6 +29,7 @@ PrefillCaseOptions clamped(PrefillCaseOptions o) {
   o.topk = std::max<std::int64_t>(o.topk, 1);
   o.invalid_fraction = std::clamp(o.invalid_fraction, 0.0, 1.0);
   if (!(o.value_scale > 0.0 && std::isfinite(o.value_scale))) o.value_scale = 1.0;
+  if (!(o.query_scale > 0.0 && std::isfinite(o.query_scale))) o.query_scale = 1.0;
   return o;
 }
 
@@ -49,6 +50,9 @@ Status check_prefill_case_options(const PrefillCaseOptions& o) {
   }
   if (!(o.value_scale > 0.0 && std::isfinite(o.value_scale))) {
     return invalid_argument("value_scale", "finite > 0", fmt::format("{}", o.value_scale));
+  }
+  if (!(o.query_scale > 0.0 && std::isfinite(o.query_scale))) {
+    return invalid_argument("query_scale", "finite > 0", fmt::format("{}", o.query_scale));
   }
   return Status::Ok();
 }
@@ -104,7 +108,7 @@ PrefillCase make_prefill_case(const PrefillCaseOptions& options) {
 
   c.q_ = HostTensor::zeros(DType::kBF16, {o.s_q, H, o.d_qk}, {H * head_stride, head_stride, 1});
   if (o.strided) std::memset(c.q_.bytes(), 0xFF, c.q_.size_bytes());
-  detail::fill_bf16_normal(c.q_.view(), rng, o.value_scale);
+  detail::fill_bf16_normal(c.q_.view(), rng, o.value_scale * o.query_scale);
 
   c.kv_ = HostTensor::zeros(DType::kBF16, {o.s_kv, o.d_qk}, {o.strided ? o.d_qk + kRowPad : o.d_qk, 1});
   if (o.strided) std::memset(c.kv_.bytes(), 0xFF, c.kv_.size_bytes());

@@ -21,6 +21,7 @@ struct PrefillCaseOptions {
   double invalid_fraction = 0.1;  // entries set to -1, other negatives or >= s_kv
   bool poison_unselected = true;  // NaN bf16 in every kv row no attended index selects
   double value_scale = 1.0;
+  double query_scale = 1.0;  // Q's deviation is value_scale * query_scale: logits that far apart, V as before
   std::uint64_t seed = 1;
 };
 

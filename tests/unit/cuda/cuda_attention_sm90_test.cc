@@ -302,14 +302,14 @@ TEST(CudaSm90Attention, AlternatingTilesEdges) {
 }
 
 // The copying kernel's lazy references move only when a row's max runs 2^8 past
-// them (log2 units). Logits of a standard deviation of 16 and 64 (value_scale 4
-// and 8: Q and K of those deviations) make the max jump by more than that from
-// tile to tile, in either warpgroup's tile, so the reference moves mid-row, in
-// pairs where only one side's max moved and where both did; the item's end takes
-// O to the true max.
+// them (log2 units). Logits of a standard deviation of 16 and 64 (Q of that
+// deviation, K and V of 1, so the outputs keep the suite's tolerances) make the
+// max jump by more than that from tile to tile, in either warpgroup's tile, so the
+// reference moves mid-row, in pairs where only one side's max moved and where both
+// did; the item's end takes O to the true max.
 TEST(CudaSm90Attention, AlternatingTilesLazyReferences) {
   SKIP_WITHOUT_DEVICE();
-  for (const double value_scale : {4.0, 8.0}) {
+  for (const double logit_deviation : {16.0, 64.0}) {
     for (const int d_qk : {512, 576}) {
       testkit::PrefillCaseOptions o;
       o.s_q = 6;
@@ -317,9 +317,10 @@ TEST(CudaSm90Attention, AlternatingTilesLazyReferences) {
       o.num_heads = d_qk == 512 ? 128 : 64;
       o.d_qk = d_qk;
       o.topk = 900;  // 15 tiles: seven pairs and the odd count's empty tile
-      o.value_scale = value_scale;
-      o.seed = static_cast<std::uint64_t>(d_qk) + static_cast<std::uint64_t>(value_scale);
-      expect_prefill_matches(o, "flat d" + std::to_string(d_qk) + " value scale " + std::to_string(value_scale));
+      o.query_scale = logit_deviation;
+      o.seed = static_cast<std::uint64_t>(d_qk) + static_cast<std::uint64_t>(logit_deviation);
+      expect_prefill_matches(o, "flat d" + std::to_string(d_qk) + " logits of deviation " +
+                                    std::to_string(static_cast<int>(logit_deviation)));
     }
   }
 }

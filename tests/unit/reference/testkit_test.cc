@@ -179,6 +179,42 @@ TEST(Testkit, DecodeCaseOptionsAreChecked) {
   EXPECT_TRUE(FailsWith(testkit::check_decode_case_options(o), StatusCode::kInvalidArgument, {"main_context"}));
 }
 
+TEST(Testkit, PrefillCaseOptionsAreChecked) {
+  testkit::PrefillCaseOptions o;
+  EXPECT_TRUE(IsOk(testkit::check_prefill_case_options(o)));
+  o.query_scale = 0.0;
+  EXPECT_TRUE(FailsWith(testkit::check_prefill_case_options(o), StatusCode::kInvalidArgument, {"query_scale", "0"}));
+  o.query_scale = std::numeric_limits<double>::infinity();
+  EXPECT_TRUE(FailsWith(testkit::check_prefill_case_options(o), StatusCode::kInvalidArgument, {"query_scale"}));
+  o = {};
+  o.value_scale = -1.0;
+  EXPECT_TRUE(FailsWith(testkit::check_prefill_case_options(o), StatusCode::kInvalidArgument, {"value_scale"}));
+}
+
+// query_scale multiplies Q alone: with a power of two, every Q value exactly, and
+// the same seed gives the same K/V bytes and indices.
+TEST(Testkit, PrefillCaseQueryScale) {
+  testkit::PrefillCaseOptions o;
+  o.s_q = 4;
+  o.s_kv = 64;
+  o.num_heads = 8;
+  o.seed = test_seed();
+  SMLA_SEED_TRACE(o.seed);
+  testkit::PrefillCase plain = testkit::make_prefill_case(o);
+  o.query_scale = 16.0;
+  testkit::PrefillCase scaled = testkit::make_prefill_case(o);
+  const SparsePrefillArgs a = plain.args();
+  const SparsePrefillArgs b = scaled.args();
+  ASSERT_EQ(testkit::storage_bytes(a.q), testkit::storage_bytes(b.q));
+  const auto* q_plain = a.q.ptr<const std::uint16_t>();
+  const auto* q_scaled = b.q.ptr<const std::uint16_t>();
+  for (std::size_t i = 0; i < testkit::storage_bytes(a.q) / 2; ++i) {
+    ASSERT_EQ(bf16_to_f32(q_scaled[i]), 16.0f * bf16_to_f32(q_plain[i])) << "q value " << i;
+  }
+  EXPECT_EQ(std::memcmp(a.kv.data, b.kv.data, testkit::storage_bytes(a.kv)), 0);
+  EXPECT_EQ(std::memcmp(a.indices.data, b.indices.data, testkit::storage_bytes(a.indices)), 0);
+}
+
 TEST(Testkit, PrefillCaseHasInvalidIndicesAndPoisonedRows) {
   const std::uint64_t seed = test_seed();
   SMLA_SEED_TRACE(seed);
