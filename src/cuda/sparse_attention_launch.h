@@ -60,6 +60,8 @@ struct LaunchFlags {
   // serialization, so its CTAs are resident while the prepass runs (they wait for
   // its order before they read anything).
   bool after_prepass = false;
+  // sm90 kernel of copied rows: outputs by per-warp tensor stores where the layout allows (TuningOptions).
+  bool tensor_stores = false;
 };
 
 struct AttentionVariant {

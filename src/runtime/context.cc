@@ -83,6 +83,9 @@ Expected<TuningOptions> TuningOptions::from_environment() {
   auto length_order = read_switch("SMLA_SM90_LENGTH_ORDER", Switch::kAuto);
   if (!length_order) return length_order.status();
   options.sm90_length_order = *length_order;
+  auto tensor_stores = read_switch("SMLA_SM90_TENSOR_STORES", Switch::kAuto);
+  if (!tensor_stores) return tensor_stores.status();
+  options.sm90_tensor_stores = *tensor_stores;
   auto stage = read_switch("SMLA_SM90_STAGE", Switch::kAuto);
   if (!stage) return stage.status();
   options.sm90_stage_rows = *stage;

@@ -62,6 +62,10 @@ struct SparseAttentionParams {
   std::int64_t stride_out_h = 0;
   bool out_aligned_4 = false;   // bf16 pairs may be stored as one 32-bit word
   bool out_aligned_16 = false;  // rows and every 8-value unit start on 16 bytes (sm90 staged output)
+  // sm90 kernel of copied rows: each warp's output rows leave by tensor stores
+  // through this CUtensorMap (16-head x 64-value boxes), set by its launch.
+  bool out_by_tensor_map = false;
+  alignas(128) std::uint8_t out_tensor_map[128] = {};
   float* lse = nullptr;        // [T, h_q] natural log, sink excluded, +inf when empty; may be nullptr
   std::int64_t stride_lse_t = 0;
   std::int64_t stride_lse_h = 0;

@@ -279,6 +279,58 @@ __device__ __forceinline__ void issue_score_steps(float (&s)[32], std::uint64_t 
   }
 }
 
+// Tensor stores of the output (p.out_by_tensor_map, d 512 rows): each warp writes its
+// 16 rows of its warpgroup's 256 columns from a 4 KB slot of its own, a 64-column box
+// at a time, two in flight (the slot's halves in turn), so no warp waits for another
+// and the Q tile is free for the next item's Q once the last Q K^T is done. By every
+// thread of the warp; on return the warp's boxes have been read out of the slot.
+template <int kDim>
+__device__ __forceinline__ std::uint32_t output_slot(std::uint8_t* smem, int half, int warp) {
+  using Layout = Sm90Layout<kDim>;
+  static_assert(Layout::kHasOutputSlots);
+  const int in_p_tile = warp < 2 ? (half == 0 ? Layout::kEvenP : Layout::kP) + warp * Layout::kOutputSlotBytes
+                                 : Layout::kOutputSlots + (2 * half + warp - 2) * Layout::kOutputSlotBytes;
+  return smem_address(smem + in_p_tile);
+}
+
+template <int kDim>
+__device__ __forceinline__ void write_output_by_warp(const SparseAttentionParams& p, float (&o)[128],
+                                                     std::uint8_t* smem, int token, int head0, int half, int warp,
+                                                     int lane) {
+  using Layout = Sm90Layout<kDim>;
+  constexpr int kBoxBytes = 16 * kSwizzleRowBytes;
+  constexpr int kBoxes = kHalfColumns / 64;
+  const float* factor_s = reinterpret_cast<const float*>(smem + Layout::kRowFactor);  // by the score warpgroup
+  const float factor[2] = {factor_s[16 * warp + lane / 4], factor_s[16 * warp + lane / 4 + 8]};
+  const std::uint32_t slot = output_slot<kDim>(smem, half, warp);
+  const MatrixLane at = matrix_lane(warp, lane);
+  const int box_row = at.row - 16 * warp;
+#pragma unroll
+  for (int box = 0; box < kBoxes; ++box) {
+    const std::uint32_t buffer = slot + (box % 2) * kBoxBytes;
+    if (box >= 2) {
+      if (lane == 0) bulk_wait_older_sources_read<1>();  // the box before last has left this buffer
+      __syncwarp();
+    }
+#pragma unroll
+    for (int pair = 0; pair < 4; ++pair) {  // n-tiles 8 box + 2 pair and + 1
+      float* v = o + 8 * (4 * box + pair);
+      asm volatile("" : "+f"(v[0]), "+f"(v[1]), "+f"(v[2]), "+f"(v[3]), "+f"(v[4]), "+f"(v[5]), "+f"(v[6]), "+f"(v[7]));
+      store_matrices_x4(buffer + swizzled_offset(box_row, 2 * pair + at.unit), pack_bf16(v[0] * factor[0], v[1] * factor[0]),
+                        pack_bf16(v[2] * factor[1], v[3] * factor[1]), pack_bf16(v[4] * factor[0], v[5] * factor[0]),
+                        pack_bf16(v[6] * factor[1], v[7] * factor[1]));
+    }
+    fence_view_async_shared();  // each lane's rows, before the tensor store reads them
+    __syncwarp();
+    if (lane == 0) {
+      tensor_store_3d(p.out_tensor_map, buffer, half * kHalfColumns + 64 * box, head0 + 16 * warp, token);
+      bulk_commit();
+    }
+  }
+  if (lane == 0) bulk_wait_sources_read();  // the slot (a P tile for warps 0-1) is written again next item
+  __syncwarp();
+}
+
 // One consumer warpgroup of the alternating scheme, one work item. kOdd: tiles 1, 3,
 // ... and O columns 256-511. first_parity as for the producer. On return every K
 // half is released and both warpgroups are done with the Q tile. query_free() (by
@@ -453,8 +505,10 @@ __device__ __forceinline__ void run_alternating_consumer(const SparseAttentionPa
   for (int h = 0; h < 2; ++h) row_sum[h] = row_reduce_sum<4>(row_sum[h]);
   if constexpr (kOdd) publish_rows(sum_s, row_sum, row0, lane);
   named_barrier_sync(kConsumers, kConsumerThreads);  // odd's sums in; both done with pair_max_s
-  const bool staged = output_is_staged(p);
-  if (!kOdd && !staged) query_free();  // every wgmma that read the Q tile has completed
+  // Where the output is staged in the Q tile (not by tensor stores), the next Q waits for it.
+  bool in_q_tile = output_is_staged(p);
+  if constexpr (Layout::kHasOutputSlots) in_q_tile = in_q_tile && !p.out_by_tensor_map;
+  if (!kOdd && !in_q_tile) query_free();  // every wgmma that read the Q tile has completed
   if (!kOdd && thread == 0) trace_item(kItemStatsDone);
   if constexpr (!kOdd) {
     float row_total[2] = {row_sum[0], row_sum[1]};
@@ -470,15 +524,21 @@ __device__ __forceinline__ void run_alternating_consumer(const SparseAttentionPa
   // that the loop over pairs needs (ptxas spilled them, and the reloads missed L1).
   int output_lane = lane;
   asm volatile("" : "+r"(output_lane));
-  write_output_half<Loader::kDim>(p, o, smem, token, head0, split, kOwn,
-                                  reinterpret_cast<const float*>(smem + Layout::kRowMax), sum_s, warp, output_lane);
+  bool by_warp = false;
+  if constexpr (Layout::kHasOutputSlots) by_warp = p.out_by_tensor_map;
+  if (by_warp) {
+    if constexpr (Layout::kHasOutputSlots) write_output_by_warp<Loader::kDim>(p, o, smem, token, head0, kOwn, warp, output_lane);
+  } else {
+    write_output_half<Loader::kDim>(p, o, smem, token, head0, split, kOwn,
+                                    reinterpret_cast<const float*>(smem + Layout::kRowMax), sum_s, warp, output_lane);
+  }
   if (!kOdd && thread == 0) trace_item(kItemStoresIssued);
   // The staged output's reads of the Q tile (and of the row statistics), before the
   // next item's Q arrives there through the async proxy.
   fence_view_async_shared();
   named_barrier_sync(kConsumers, kConsumerThreads);
   if (!kOdd && thread == 0) trace_item(kItemOutputDone);
-  if (!kOdd && staged) query_free();
+  if (!kOdd && in_q_tile) query_free();
 }
 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
@@ -532,6 +592,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int tid = static_cast<int>(threadIdx.x);
   if (tid == 0) {
     if (p.q_by_tensor_map) prefetch_tensor_map(p.q_tensor_map);  // fetched while the barriers are set up
+    if (p.out_by_tensor_map) prefetch_tensor_map(p.out_tensor_map);
     mbarrier_init(smem_address(smem + Layout::kQueryLoaded), 1);
     init_half_barriers<Loader::kDim>(smem);
     fence_mbarrier_init_cluster();  // the barriers, before tensor loads (async proxy) complete on one

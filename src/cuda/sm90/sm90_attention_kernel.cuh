@@ -148,6 +148,17 @@ struct Sm90Layout {
   static constexpr int kPairBytes = kDim / 64 * kPairChunkBytes + kPairKeys * 4;  // K rows and valid flags
   static constexpr int kDynamicBytes = kBytes + kSwizzleAtomBytes;  // slack to align the base to 1024 B
   static_assert(kDynamicBytes <= 227 * 1024, "an H100 block has 227 KB of shared memory");
+  // The copying kernel's output slots (tensor stores, d 512): 4 KB for each consumer warp, two
+  // 16-row x 64-value boxes. Warps 0-1 of each warpgroup use the two P tiles (free once the
+  // item's last P V is done), warps 2-3 a region after the rest.
+  static constexpr bool kHasOutputSlots = kDim == kValueDim;
+  static constexpr int kOutputSlotBytes = 2 * 16 * kSwizzleRowBytes;
+  static constexpr int kOutputSlots = kBytes;
+  static constexpr int kCopyingBytes = kHasOutputSlots ? kOutputSlots + 4 * kOutputSlotBytes : kBytes;
+  static constexpr int kCopyingDynamicBytes = kCopyingBytes + kSwizzleAtomBytes;
+  static_assert(kCopyingDynamicBytes <= 227 * 1024, "an H100 block has 227 KB of shared memory");
+  static_assert(kOutputSlots % kSwizzleAtomBytes == 0 && kEvenP % kSwizzleAtomBytes == 0 && kP % kSwizzleAtomBytes == 0);
+  static_assert(2 * kOutputSlotBytes == kChunkBytes, "two slots a P tile");
 };
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)

@@ -126,6 +126,13 @@ __device__ __forceinline__ void tensor_load_3d(std::uint32_t destination, const 
       "l"(reinterpret_cast<std::uint64_t>(tensor_map)), "r"(x), "r"(y), "r"(z), "r"(barrier)
       : "memory");
 }
+// One box of this CTA's shared memory out to a 3-D tensor map at {x, y, z}, in this thread's bulk group.
+__device__ __forceinline__ void tensor_store_3d(const void* tensor_map, std::uint32_t source, int x, int y, int z) {
+  asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];\n" ::"l"(
+                   reinterpret_cast<std::uint64_t>(tensor_map)),
+               "r"(source), "r"(x), "r"(y), "r"(z)
+               : "memory");
+}
 // Brings a tensor map (a __grid_constant__ parameter) into the descriptor cache ahead of its first use.
 __device__ __forceinline__ void prefetch_tensor_map(const void* tensor_map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<std::uint64_t>(tensor_map)) : "memory");
@@ -134,6 +141,11 @@ __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.comm
 // This thread's bulk copies have read their sources (the shared memory may be written again).
 __device__ __forceinline__ void bulk_wait_sources_read() {
   asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
+// The same for all but this thread's newest kPending bulk groups.
+template <int kPending>
+__device__ __forceinline__ void bulk_wait_older_sources_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(kPending) : "memory");
 }
 // An L2 policy that keeps lines over others: KV rows, which many tokens' CTAs read.
 __device__ __forceinline__ std::uint64_t l2_evict_last_policy() {

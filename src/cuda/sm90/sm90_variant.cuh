@@ -23,10 +23,19 @@ cudaError_t launch_sm90_attention(const SparseAttentionParams& caller_params, di
   if (block_rows != kRows && (Loader::kCopiesRows || (block_rows != 16 && block_rows != 32))) return cudaErrorInvalidValue;
   SparseAttentionParams params = caller_params;
   encode_query_tensor_map(&params, Loader::kDim);
+  params.out_by_tensor_map = false;  // the kernels' own choice, never the caller's
+  if constexpr (Loader::kCopiesRows && Sm90Layout<Loader::kDim>::kHasOutputSlots) {
+    if (flags.tensor_stores) encode_output_tensor_map(&params);
+  }
   const std::int64_t blocks = static_cast<std::int64_t>(grid.x) * grid.y * grid.z;
   if constexpr (Loader::kCopiesRows) {
     // One CTA per block of `grid`, or at most flags.persistent_ctas CTAs looping over them.
     auto* kernel = flags.token_major ? sm90_alternating_kernel<Loader, true> : sm90_alternating_kernel<Loader, false>;
+    // The output slots of tensor stores come on top of the plan's shared memory (which
+    // leaves the L1 cache that much more room where they are not used).
+    if constexpr (Sm90Layout<Loader::kDim>::kHasOutputSlots) {
+      if (params.out_by_tensor_map) smem_bytes += Sm90Layout<Loader::kDim>::kCopyingBytes - Sm90Layout<Loader::kDim>::kBytes;
+    }
     const cudaError_t status = ensure_dynamic_smem(kernel, smem_bytes);
     if (status != cudaSuccess) return status;
     if (blocks > std::numeric_limits<int>::max()) return cudaErrorInvalidConfiguration;  // the kernel counts in int

@@ -59,7 +59,8 @@ inline KernelChoice sm90_on_persistent_ctas(int ctas, TuningOptions tuning = {},
 // TuningOptions::implementation (the registry, not a hard-coded list); the sm90
 // kernel also with CTA pairs forced and without them when a token has two 64-row head blocks, with FP8
 // rows staged (decode), without the L2 row prefetch (decode) and with copied rows
-// on three CTAs (the staged decode choice, and prefill), so the test grids, a CTA per block by default, also run
+// on three CTAs (the staged decode choice, and prefill, there with and without the
+// output's tensor stores), so the test grids, a CTA per block by default, also run
 // blocks one after another in a CTA.
 inline std::vector<KernelChoice> kernel_choices(Op op, std::int64_t heads) {
   std::vector<KernelChoice> choices;
@@ -94,6 +95,10 @@ inline std::vector<KernelChoice> kernel_choices(Op op, std::int64_t heads) {
       choices.push_back({"cuda.sm90 with 16-head blocks", small_blocks});
     } else {
       choices.push_back(sm90_on_persistent_ctas(3));
+      // The copying kernel's outputs by per-warp tensor stores (d 512, unsplit, aligned outputs).
+      TuningOptions tensor_stores = tuning;
+      tensor_stores.sm90_tensor_stores = TuningOptions::Switch::kOn;
+      choices.push_back(sm90_on_persistent_ctas(3, tensor_stores, "cuda.sm90 with tensor stores"));
     }
     if (heads > 64 && heads <= 128) {
       // The plan leaves short splits unpaired; forced 64-head blocks keep the pairs there.

@@ -95,6 +95,7 @@ TEST(TuningOptions, DefaultsAreTheTunedChoices) {
   EXPECT_TRUE(defaults.sm90_token_major);
   EXPECT_EQ(defaults.sm90_stage_rows, TuningOptions::Switch::kAuto);
   EXPECT_EQ(defaults.sm90_length_order, TuningOptions::Switch::kAuto);
+  EXPECT_EQ(defaults.sm90_tensor_stores, TuningOptions::Switch::kAuto);
   EXPECT_EQ(defaults.sm90_staging_rows, -1);
   EXPECT_EQ(defaults.sm90_persistent_ctas, -1);
   EXPECT_EQ(defaults.sm90_head_block_rows, 0);
@@ -113,6 +114,7 @@ TEST(TuningOptions, ReadFromTheEnvironment) {
   const ScopedVariable persistent("SMLA_SM90_PERSISTENT_CTAS", "7");
   const ScopedVariable head_rows("SMLA_SM90_HEAD_ROWS", "32");
   const ScopedVariable length_order("SMLA_SM90_LENGTH_ORDER", "off");
+  const ScopedVariable tensor_stores("SMLA_SM90_TENSOR_STORES", "on");
   auto tuning = TuningOptions::from_environment();
   ASSERT_TRUE(IsOk(tuning.status()));
   EXPECT_EQ(tuning->implementation, "cuda.portable");
@@ -126,6 +128,7 @@ TEST(TuningOptions, ReadFromTheEnvironment) {
   EXPECT_EQ(tuning->sm90_persistent_ctas, 7);
   EXPECT_EQ(tuning->sm90_head_block_rows, 32);
   EXPECT_EQ(tuning->sm90_length_order, TuningOptions::Switch::kOff);
+  EXPECT_EQ(tuning->sm90_tensor_stores, TuningOptions::Switch::kOn);
   const ScopedVariable one_per_block("SMLA_SM90_PERSISTENT_CTAS", "0");
   auto zero = TuningOptions::from_environment();
   ASSERT_TRUE(IsOk(zero.status()));
@@ -168,6 +171,11 @@ TEST(TuningOptions, UnknownValuesNameTheVariable) {
     const ScopedVariable stage("SMLA_SM90_STAGE", "sometimes");
     EXPECT_TRUE(FailsWith(TuningOptions::from_environment().status(), StatusCode::kInvalidArgument,
                           {"SMLA_SM90_STAGE", "on, off or auto", "'sometimes'"}));
+  }
+  {
+    const ScopedVariable tensor_stores("SMLA_SM90_TENSOR_STORES", "tma");
+    EXPECT_TRUE(FailsWith(TuningOptions::from_environment().status(), StatusCode::kInvalidArgument,
+                          {"SMLA_SM90_TENSOR_STORES", "on, off or auto", "'tma'"}));
   }
   const ScopedVariable pair("SMLA_SM90_PAIR", "maybe");
   EXPECT_TRUE(FailsWith(TuningOptions::from_environment().status(), StatusCode::kInvalidArgument,
