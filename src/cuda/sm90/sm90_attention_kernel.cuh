@@ -157,7 +157,8 @@ struct Sm90Layout {
   static constexpr int kCopyingBytes = kHasOutputSlots ? kOutputSlots + 4 * kOutputSlotBytes : kBytes;
   static constexpr int kCopyingDynamicBytes = kCopyingBytes + kSwizzleAtomBytes;
   static_assert(kCopyingDynamicBytes <= 227 * 1024, "an H100 block has 227 KB of shared memory");
-  static_assert(kOutputSlots % kSwizzleAtomBytes == 0 && kEvenP % kSwizzleAtomBytes == 0 && kP % kSwizzleAtomBytes == 0);
+  static_assert(!kHasOutputSlots ||
+                (kOutputSlots % kSwizzleAtomBytes == 0 && kEvenP % kSwizzleAtomBytes == 0 && kP % kSwizzleAtomBytes == 0));
   static_assert(2 * kOutputSlotBytes == kChunkBytes, "two slots a P tile");
 };
 
