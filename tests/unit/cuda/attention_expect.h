@@ -82,6 +82,8 @@ inline std::vector<KernelChoice> kernel_choices(Op op, std::int64_t heads) {
       TuningOptions staged = tuning;
       staged.sm90_stage_rows = TuningOptions::Switch::kOn;
       choices.push_back(sm90_on_persistent_ctas(3, staged, "cuda.sm90 with FP8 rows staged"));
+      staged.sm90_tensor_stores = TuningOptions::Switch::kOn;  // the copying kernel's outputs by tensor stores
+      choices.push_back(sm90_on_persistent_ctas(3, staged, "cuda.sm90 with FP8 rows staged, tensor stores"));
       // The test cases' CTAs are few keys each, which the plan prefetches into L2; without
       // it the FP8 producer runs its other loop (unrolled for unpaired d_qk 512).
       // With the token order prepass forced too: the grid runs the tokens longest first.
