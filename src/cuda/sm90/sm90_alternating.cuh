@@ -279,20 +279,31 @@ __device__ __forceinline__ void issue_score_steps(float (&s)[32], std::uint64_t 
   }
 }
 
-// Tensor stores of the output (p.out_by_tensor_map, d 512 rows): each warp writes its
-// 16 rows of its warpgroup's 256 columns from a 4 KB slot of its own, a 64-column box
-// at a time, two in flight (the slot's halves in turn), so no warp waits for another
-// and the Q tile is free for the next item's Q once the last Q K^T is done. By every
-// thread of the warp; on return the warp's boxes have been read out of the slot.
+// Whether this launch writes its outputs by per-warp tensor stores (only rows of d 512
+// have the slots; the launch encodes the map only for them).
+template <int kDim>
+__device__ __forceinline__ bool output_by_warp(const SparseAttentionParams& p) {
+  if constexpr (Sm90Layout<kDim>::kHasOutputSlots) {
+    return p.out_by_tensor_map;
+  } else {
+    return false;
+  }
+}
+
+// Warp `warp` of warpgroup `half`'s 4 KB output slot (Sm90Layout::kOutputSlots).
 template <int kDim>
 __device__ __forceinline__ std::uint32_t output_slot(std::uint8_t* smem, int half, int warp) {
   using Layout = Sm90Layout<kDim>;
-  static_assert(Layout::kHasOutputSlots);
   const int in_p_tile = warp < 2 ? (half == 0 ? Layout::kEvenP : Layout::kP) + warp * Layout::kOutputSlotBytes
                                  : Layout::kOutputSlots + (2 * half + warp - 2) * Layout::kOutputSlotBytes;
   return smem_address(smem + in_p_tile);
 }
 
+// Tensor stores of the output (output_by_warp): each warp writes its 16 rows of its
+// warpgroup's 256 columns from its slot, a 64-column box at a time, two in flight
+// (the slot's halves in turn), so no warp waits for another and the Q tile is free
+// for the next item's Q once the last Q K^T is done. By every thread of the warp; on
+// return the warp's boxes have been read out of the slot.
 template <int kDim>
 __device__ __forceinline__ void write_output_by_warp(const SparseAttentionParams& p, float (&o)[128],
                                                      std::uint8_t* smem, int token, int head0, int half, int warp,
@@ -506,8 +517,8 @@ __device__ __forceinline__ void run_alternating_consumer(const SparseAttentionPa
   if constexpr (kOdd) publish_rows(sum_s, row_sum, row0, lane);
   named_barrier_sync(kConsumers, kConsumerThreads);  // odd's sums in; both done with pair_max_s
   // Where the output is staged in the Q tile (not by tensor stores), the next Q waits for it.
-  bool in_q_tile = output_is_staged(p);
-  if constexpr (Layout::kHasOutputSlots) in_q_tile = in_q_tile && !p.out_by_tensor_map;
+  const bool by_warp = output_by_warp<Loader::kDim>(p);
+  const bool in_q_tile = output_is_staged(p) && !by_warp;
   if (!kOdd && !in_q_tile) query_free();  // every wgmma that read the Q tile has completed
   if (!kOdd && thread == 0) trace_item(kItemStatsDone);
   if constexpr (!kOdd) {
@@ -524,10 +535,8 @@ __device__ __forceinline__ void run_alternating_consumer(const SparseAttentionPa
   // that the loop over pairs needs (ptxas spilled them, and the reloads missed L1).
   int output_lane = lane;
   asm volatile("" : "+r"(output_lane));
-  bool by_warp = false;
-  if constexpr (Layout::kHasOutputSlots) by_warp = p.out_by_tensor_map;
   if (by_warp) {
-    if constexpr (Layout::kHasOutputSlots) write_output_by_warp<Loader::kDim>(p, o, smem, token, head0, kOwn, warp, output_lane);
+    write_output_by_warp<Loader::kDim>(p, o, smem, token, head0, kOwn, warp, output_lane);
   } else {
     write_output_half<Loader::kDim>(p, o, smem, token, head0, split, kOwn,
                                     reinterpret_cast<const float*>(smem + Layout::kRowMax), sum_s, warp, output_lane);
