@@ -308,11 +308,9 @@ template <int kDim>
 __device__ __forceinline__ void write_output_by_warp(const SparseAttentionParams& p, float (&o)[128],
                                                      std::uint8_t* smem, int token, int head0, int half, int warp,
                                                      int lane) {
-  using Layout = Sm90Layout<kDim>;
   constexpr int kBoxBytes = 16 * kSwizzleRowBytes;
   constexpr int kBoxes = kHalfColumns / 64;
-  const float* factor_s = reinterpret_cast<const float*>(smem + Layout::kRowFactor);  // by the score warpgroup
-  const float factor[2] = {factor_s[16 * warp + lane / 4], factor_s[16 * warp + lane / 4 + 8]};
+  const RowFactors<kDim> factors(smem, warp, lane);
   const std::uint32_t slot = output_slot<kDim>(smem, half, warp);
   const MatrixLane at = matrix_lane(warp, lane);
   const int box_row = at.row - 16 * warp;
@@ -325,11 +323,8 @@ __device__ __forceinline__ void write_output_by_warp(const SparseAttentionParams
     }
 #pragma unroll
     for (int pair = 0; pair < 4; ++pair) {  // n-tiles 8 box + 2 pair and + 1
-      float* v = o + 8 * (4 * box + pair);
-      asm volatile("" : "+f"(v[0]), "+f"(v[1]), "+f"(v[2]), "+f"(v[3]), "+f"(v[4]), "+f"(v[5]), "+f"(v[6]), "+f"(v[7]));
-      store_matrices_x4(buffer + swizzled_offset(box_row, 2 * pair + at.unit), pack_bf16(v[0] * factor[0], v[1] * factor[0]),
-                        pack_bf16(v[2] * factor[1], v[3] * factor[1]), pack_bf16(v[4] * factor[0], v[5] * factor[0]),
-                        pack_bf16(v[6] * factor[1], v[7] * factor[1]));
+      store_scaled_tile_pair(buffer + swizzled_offset(box_row, 2 * pair + at.unit), o + 8 * (4 * box + pair),
+                             factors.value);
     }
     fence_view_async_shared();  // each lane's rows, before the tensor store reads them
     __syncwarp();

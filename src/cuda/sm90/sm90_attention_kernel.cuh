@@ -254,6 +254,26 @@ __device__ __forceinline__ std::uint32_t pack_bf16(float lo, float hi) {
   return *reinterpret_cast<const std::uint32_t*>(&v);
 }
 
+// This thread's two rows' output factors, as the score warpgroup left them (publish_block_rows).
+template <int kDim>
+struct RowFactors {
+  float value[2];
+  __device__ RowFactors(const std::uint8_t* smem, int warp, int lane) {
+    const float* factor_s = reinterpret_cast<const float*>(smem + Sm90Layout<kDim>::kRowFactor);
+    value[0] = factor_s[16 * warp + lane / 4];
+    value[1] = factor_s[16 * warp + lane / 4 + 8];
+  }
+};
+
+// One stmatrix x4 of n-tiles 2 j and 2 j + 1 of a warp's accumulator (v = o + 8 j),
+// scaled by the rows' factors, at this lane's row address (matrix_lane).
+__device__ __forceinline__ void store_scaled_tile_pair(std::uint32_t address, float* v, const float (&factor)[2]) {
+  // Converted here, after the last pair's stmatrix: hoisting them all measured spills in the value warpgroup.
+  asm volatile("" : "+f"(v[0]), "+f"(v[1]), "+f"(v[2]), "+f"(v[3]), "+f"(v[4]), "+f"(v[5]), "+f"(v[6]), "+f"(v[7]));
+  store_matrices_x4(address, pack_bf16(v[0] * factor[0], v[1] * factor[0]), pack_bf16(v[2] * factor[1], v[3] * factor[1]),
+                    pack_bf16(v[4] * factor[0], v[5] * factor[0]), pack_bf16(v[6] * factor[1], v[7] * factor[1]));
+}
+
 // Writes one consumer warpgroup's 256 output columns, half `half` (the wgmma
 // m64n256 accumulator: warp w's quarter is rows 16 w .. 16 w + 15 in 32 m16n8 fragments).
 // A bf16 output with 16-byte aligned rows goes through shared memory (the Q tile,
@@ -273,19 +293,14 @@ __device__ __forceinline__ void write_output_half(const SparseAttentionParams& p
   }
   using Layout = Sm90Layout<kDim>;
   constexpr int kUnitsPerHalf = kHalfColumns / 8;
-  const float* factor_s = reinterpret_cast<const float*>(smem + Layout::kRowFactor);  // by the score warpgroup
-  const float factor[2] = {factor_s[16 * warp + lane / 4], factor_s[16 * warp + lane / 4 + 8]};
+  const RowFactors<kDim> factors(smem, warp, lane);
   const std::uint32_t stage = smem_address(smem + Layout::kQ);
   const MatrixLane at = matrix_lane(warp, lane);
 #pragma unroll
   for (int pair = 0; pair < kUnitsPerHalf / 2; ++pair) {  // n-tiles 2 pair and 2 pair + 1
     const int unit = half * kUnitsPerHalf + 2 * pair + at.unit;
-    float* v = o + 8 * pair;
-    // Converted here, after the last pair's stmatrix: hoisting them all measured spills in the value warpgroup.
-    asm volatile("" : "+f"(v[0]), "+f"(v[1]), "+f"(v[2]), "+f"(v[3]), "+f"(v[4]), "+f"(v[5]), "+f"(v[6]), "+f"(v[7]));
-    store_matrices_x4(stage + (unit / 8) * Layout::kChunkBytes + swizzled_offset(at.row, unit % 8),
-                      pack_bf16(v[0] * factor[0], v[1] * factor[0]), pack_bf16(v[2] * factor[1], v[3] * factor[1]),
-                      pack_bf16(v[4] * factor[0], v[5] * factor[0]), pack_bf16(v[6] * factor[1], v[7] * factor[1]));
+    store_scaled_tile_pair(stage + (unit / 8) * Layout::kChunkBytes + swizzled_offset(at.row, unit % 8), o + 8 * pair,
+                           factors.value);
   }
   named_barrier_sync(kOutput0 + half, 128);
   const int unit = half * kUnitsPerHalf + lane;
