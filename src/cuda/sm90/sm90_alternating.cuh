@@ -329,7 +329,8 @@ __device__ __forceinline__ void write_output_by_warp(const SparseAttentionParams
     fence_view_async_shared();  // each lane's rows, before the tensor store reads them
     __syncwarp();
     if (lane == 0) {
-      tensor_store_3d(p.out_tensor_map, buffer, half * kHalfColumns + 64 * box, head0 + 16 * warp, token);
+      tensor_store_3d(p.out_tensor_map, buffer, half * kHalfColumns + 64 * box, head0 + 16 * warp, token,
+                      l2_evict_first_policy());
       bulk_commit();
     }
   }

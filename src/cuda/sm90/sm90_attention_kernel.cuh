@@ -194,10 +194,11 @@ __device__ __forceinline__ void request_query(const SparseAttentionParams& p, in
   using Layout = Sm90Layout<kDim>;
   const std::uint32_t loaded = smem_address(smem + Layout::kQueryLoaded);
   mbarrier_arrive_expect_bytes(loaded, kDim / 64 * Layout::kChunkBytes);
+  const std::uint64_t read_once = l2_evict_first_policy();
 #pragma unroll
   for (int region = 0; region < kDim / 64; ++region) {
     tensor_load_3d(smem_address(smem + Layout::kQ + region * Layout::kChunkBytes), p.q_tensor_map, 64 * region, head0,
-                   token, loaded);
+                   token, loaded, read_once);
   }
 }
 

@@ -117,20 +117,22 @@ __device__ __forceinline__ void bulk_copy_to_peer(std::uint32_t peer_destination
       : "memory");
 }
 // One box of a 3-D tensor map (a __grid_constant__ parameter) into this CTA's shared
-// memory at coordinates {x, y, z}, completing `bytes` on the barrier.
+// memory at coordinates {x, y, z}, completing `bytes` on the barrier, under an L2 policy.
 __device__ __forceinline__ void tensor_load_3d(std::uint32_t destination, const void* tensor_map, int x, int y, int z,
-                                               std::uint32_t barrier) {
+                                               std::uint32_t barrier, std::uint64_t l2_policy) {
   asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
-      "[%5];\n" ::"r"(destination),
-      "l"(reinterpret_cast<std::uint64_t>(tensor_map)), "r"(x), "r"(y), "r"(z), "r"(barrier)
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint "
+      "[%0], [%1, {%2, %3, %4}], [%5], %6;\n" ::"r"(destination),
+      "l"(reinterpret_cast<std::uint64_t>(tensor_map)), "r"(x), "r"(y), "r"(z), "r"(barrier), "l"(l2_policy)
       : "memory");
 }
-// One box of this CTA's shared memory out to a 3-D tensor map at {x, y, z}, in this thread's bulk group.
-__device__ __forceinline__ void tensor_store_3d(const void* tensor_map, std::uint32_t source, int x, int y, int z) {
-  asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];\n" ::"l"(
-                   reinterpret_cast<std::uint64_t>(tensor_map)),
-               "r"(source), "r"(x), "r"(y), "r"(z)
+// One box of this CTA's shared memory out to a 3-D tensor map at {x, y, z}, in this
+// thread's bulk group, under an L2 policy.
+__device__ __forceinline__ void tensor_store_3d(const void* tensor_map, std::uint32_t source, int x, int y, int z,
+                                                std::uint64_t l2_policy) {
+  asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group.L2::cache_hint [%0, {%2, %3, %4}], [%1], %5;\n" ::
+                   "l"(reinterpret_cast<std::uint64_t>(tensor_map)),
+               "r"(source), "r"(x), "r"(y), "r"(z), "l"(l2_policy)
                : "memory");
 }
 // Brings a tensor map (a __grid_constant__ parameter) into the descriptor cache ahead of its first use.
@@ -151,6 +153,14 @@ __device__ __forceinline__ void bulk_wait_older_sources_read() {
 __device__ __forceinline__ std::uint64_t l2_evict_last_policy() {
   std::uint64_t policy;
   asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
+}
+// An L2 policy that gives lines up first: Q rows and outputs, each touched once, so
+// they do not push out the KV rows (evict_last) that other CTAs read again; 0.3-4%
+// on the d 512 prefill cases (docs/PERF.md, session 35).
+__device__ __forceinline__ std::uint64_t l2_evict_first_policy() {
+  std::uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
   return policy;
 }
 // cp.async of 16 bytes (L1 bypassed) under an L2 policy, asking L2 for the whole
