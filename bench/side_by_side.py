@@ -11,7 +11,9 @@ Each smla case is matched with the FlashMLA case that serves the same step:
 Cases without a peer counterpart (MTP packing) keep peer_us null.
 Direct (PFD) cases also carry staging_us (smla's dequantize_and_gather of the bf16
 workspace a two-pass user fills first) and peer_two_pass_us = staging_us + peer_us:
-what a FlashMLA user pays for the same step from the FP8 caches.
+what a FlashMLA user pays for the same step from the FP8 caches. Prefill cases carry
+the share of the measured bf16 GEMM ceiling (cuBLASLt, in smla's process) for both:
+pct_gemm_ceiling and peer_pct_gemm_ceiling.
 
   bench/side_by_side.py --smla gpu_bench.json --peer flashmla_peer.csv --commit abc1234 [--out DIR]
 """
@@ -51,21 +53,18 @@ def card_slug(name):
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--smla", required=True)
-    parser.add_argument("--peer", required=True)
-    parser.add_argument("--commit", required=True)
-    parser.add_argument("--date", default=datetime.date.today().isoformat())
-    parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
-    args = parser.parse_args()
-
-    smla = json.load(open(args.smla))
+def read_peer(path):
+    """The peer's CSV rows by (kind, case, b, s_kv) (s_kv 0 for decode: its cases fix it)."""
     peer = {}
-    for row in csv.DictReader(open(args.peer)):
+    for row in csv.DictReader(open(path)):
         key = (row["kind"], row["case"], int(row["b"]), int(row["s_kv"]) if row["kind"] == "prefill" else 0)
         peer[key] = row
+    return peer
 
+
+def side_by_side_cases(smla, peer):
+    """One entry per smla case (`smla`: the benchmark's JSON), with its peer's figures where there is one."""
+    ceiling = smla.get("bf16_gemm_ceiling_tflops")
     cases = []
     for r in smla.get("results", []):
         match = peer.get(("decode", decode_peer_case(r["label"]), int(r["b"]), 0))
@@ -75,32 +74,60 @@ def main():
                       "peer_case": match["case"] if match else None})
     for r in smla.get("prefill", []):
         match = peer.get(("prefill", prefill_peer_case(r["label"]), 1, int(r["s_kv"])))
+        peer_tflops = float(match["tflops"]) if match else None
         cases.append({"kind": "prefill", "label": r["label"], "b": 1, "s_q": r["s_q"], "h_q": r["h_q"],
                       "s_kv": r["s_kv"], "smla_us": r["median_us"],
                       "peer_us": float(match["median_us"]) if match else None, "smla_tflops": r["tflops"],
-                      "peer_tflops": float(match["tflops"]) if match else None,
-                      "peer_case": match["case"] if match else None,
-                      "mode": r.get("mode"), "pct_gemm_ceiling": r.get("pct_gemm_ceiling")})
+                      "peer_tflops": peer_tflops, "peer_case": match["case"] if match else None,
+                      "mode": r.get("mode"), "pct_gemm_ceiling": r.get("pct_gemm_ceiling"),
+                      "peer_pct_gemm_ceiling": 100.0 * peer_tflops / ceiling if peer_tflops and ceiling else None})
         staging = r.get("staging_us") or 0.0
         if r.get("mode") == "direct" and staging > 0 and match:
             cases[-1]["staging_us"] = staging
             cases[-1]["peer_two_pass_us"] = staging + float(match["median_us"])
+    return cases
+
+
+def result_document(smla, peer, commit, date):
+    """The bench/results JSON of one run, and the file name it goes under."""
     card = smla.get("device", "unknown")
-    doc = {"card": card, "commit": args.commit, "date": args.date,
-           "bf16_gemm_ceiling_tflops": smla.get("bf16_gemm_ceiling_tflops"), "cases": cases}
+    doc = {"card": card, "commit": commit, "date": date,
+           "bf16_gemm_ceiling_tflops": smla.get("bf16_gemm_ceiling_tflops"), "cases": side_by_side_cases(smla, peer)}
+    return doc, f"{date}-{card_slug(card)}-{commit}.json"
+
+
+def summary_line(c):
+    ratio = f"{c['peer_us'] / c['smla_us']:.2f}x" if c["peer_us"] else "-"
+    ceiling = ""
+    if c.get("pct_gemm_ceiling") is not None:
+        ceiling = f"  gemm ceiling {c['pct_gemm_ceiling']:.0f}%"
+        if c.get("peer_pct_gemm_ceiling") is not None:
+            ceiling += f" vs {c['peer_pct_gemm_ceiling']:.0f}%"
+    two_pass = ""
+    if c.get("peer_two_pass_us"):
+        two_pass = (f"  two-pass {c['peer_two_pass_us']:9.1f} us (staging {c['staging_us']:.1f}) "
+                    f"{c['peer_two_pass_us'] / c['smla_us']:.2f}x")
+    return (f"{c['kind']:8s} {c['label']:13s} b={c['b']:<4} s_kv={c['s_kv'] or '':<7} smla {c['smla_us']:9.1f} us "
+            f"peer {c['peer_us'] or float('nan'):9.1f} us  {ratio}{ceiling}{two_pass}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smla", required=True)
+    parser.add_argument("--peer", required=True)
+    parser.add_argument("--commit", required=True)
+    parser.add_argument("--date", default=datetime.date.today().isoformat())
+    parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
+    args = parser.parse_args()
+
+    doc, name = result_document(json.load(open(args.smla)), read_peer(args.peer), args.commit, args.date)
     os.makedirs(args.out, exist_ok=True)
-    path = os.path.join(args.out, f"{args.date}-{card_slug(card)}-{args.commit}.json")
+    path = os.path.join(args.out, name)
     with open(path, "w") as f:
         json.dump(doc, f, indent=1)
     print(path)
-    for c in cases:
-        ratio = f"{c['peer_us'] / c['smla_us']:.2f}x" if c["peer_us"] else "-"
-        two_pass = ""
-        if c.get("peer_two_pass_us"):
-            two_pass = (f"  two-pass {c['peer_two_pass_us']:9.1f} us (staging {c['staging_us']:.1f}) "
-                        f"{c['peer_two_pass_us'] / c['smla_us']:.2f}x")
-        print(f"{c['kind']:8s} {c['label']:13s} b={c['b']:<4} s_kv={c['s_kv'] or '':<7} smla {c['smla_us']:9.1f} us "
-              f"peer {c['peer_us'] or float('nan'):9.1f} us  {ratio}{two_pass}")
+    for c in doc["cases"]:
+        print(summary_line(c))
 
 
 if __name__ == "__main__":
