@@ -22,6 +22,7 @@
 set -uo pipefail
 out=$1
 shift
+mkdir -p "$out"  # ab.log goes there from the first build on
 deps=/tmp/smla-deps/usr/lib/x86_64-linux-gnu
 export LD_LIBRARY_PATH="$deps/openblas-pthread:$deps${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 saved=$(mktemp -d)
