@@ -498,7 +498,17 @@ Status launch_planned_attention(const AttentionPlan& plan, SparseAttentionParams
   std::uint8_t* order_place = assign_workspace(plan, workspace, &params);
   if (plan.staged) {
     const StagingRoute route = staging_route(*plan.staged, params);
-    if (route != StagingRoute::kDirectOnly) return launch_staged(plan, route, params, workspace, stream);
+    if (route != StagingRoute::kDirectOnly) {
+      // The staged kernels follow no token order, but a call that is not ready owes the step's
+      // buffer one (SparseDecodeArgs::token_order): a later call of the step may run direct
+      // (another pool's size, another route) and read it. The staging passes are ordinary
+      // launches, so they start after the order is written.
+      if (plan.order_tokens && step_order.order != nullptr && !step_order.ready) {
+        const cudaError_t error = launch_token_order(params, kSm90KeysPerTile, step_order.order, stream);
+        if (error != cudaSuccess) return cuda_failure("token order launch", error);
+      }
+      return launch_staged(plan, route, params, workspace, stream);
+    }
   }
   if (plan.pack_tokens > 1) {
     const cudaError_t error = launch_pack_union(params, stream);
