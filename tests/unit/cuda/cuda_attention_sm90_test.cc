@@ -666,6 +666,32 @@ TEST(Sm90Plan, TokenOrderPastOneWave) {
   EXPECT_EQ(plan_for(v4, 257, 64, 640, true).workspace_bytes -
                 plan_for(v4, 257, 64, 640, true, TuningOptions::Switch::kOff).workspace_bytes,
             1280u);  // 1028 bytes, rounded up to 256
+  // Staging forced: the plan both stages and orders, so a staged call owes a step's buffer its order
+  // (StagedStepTokenOrderWrittenOnceThenRead runs it).
+  TuningOptions staged;
+  staged.sm90_stage_rows = TuningOptions::Switch::kOn;
+  staged.sm90_length_order = TuningOptions::Switch::kOn;
+  const auto staged_plan = nominal_sm90_plan(v4, 160, 64, 320, staged, true);
+  ASSERT_TRUE(staged_plan.ok()) << staged_plan.status().to_string();
+  EXPECT_TRUE(staged_plan->staged != nullptr);
+  EXPECT_TRUE(staged_plan->order_tokens);
+}
+
+// Host-only: the copying kernel's outputs leave by per-warp tensor stores unless
+// TuningOptions::sm90_tensor_stores is off (the launch uses them where the rows are
+// d 512 and the output unsplit and aligned).
+TEST(Sm90Plan, TensorStoresUnlessTurnedOff) {
+  const cuda::LoaderKind flat = cuda::flat_bf16_loader_kind(512);
+  auto tensor_stores = [&](TuningOptions::Switch setting) {
+    TuningOptions tuning;
+    tuning.sm90_tensor_stores = setting;
+    auto plan = nominal_sm90_plan(flat, 4096, 64, 512, tuning);
+    EXPECT_TRUE(plan.ok()) << plan.status().to_string();
+    return plan.ok() && plan->flags.tensor_stores;
+  };
+  EXPECT_TRUE(tensor_stores(TuningOptions::Switch::kAuto));
+  EXPECT_TRUE(tensor_stores(TuningOptions::Switch::kOn));
+  EXPECT_FALSE(tensor_stores(TuningOptions::Switch::kOff));
 }
 
 // Host-only: how the sm90 plan splits a token's keys and which launches ask L2
