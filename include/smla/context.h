@@ -90,6 +90,11 @@ struct TuningOptions {
   // on, 4-9% faster on the d 512 prefill cases, docs/PERF.md, session 35; off: the
   // output staged through the Q tile). SMLA_SM90_TENSOR_STORES=on|off.
   Switch sm90_tensor_stores = Switch::kAuto;
+  // Those tensor stores' boxes: 16 rows (each warp its own, no barrier between warps)
+  // or 64 (each warpgroup's four warps stage a 64-row box, which its thread 0 stores:
+  // 8 stores an item instead of 32, as FlashMLA writes its output; not yet measured,
+  // docs/PERF.md, session 35). 0: 16. SMLA_SM90_OUTPUT_BOX_ROWS=16|64.
+  int sm90_output_box_rows = 0;
   // cpu backend: threads an op runs on, the calling thread included; 0 = one
   // per CPU this process may run on. Results never depend on it.
   // SMLA_NUM_THREADS (a positive integer).

@@ -391,6 +391,11 @@ Expected<AttentionPlan> plan_attention(KernelFamily family, const AttentionShape
   plan.flags.persistent_ctas = tuning.sm90_persistent_ctas < 0 ? static_cast<int>(slots) : tuning.sm90_persistent_ctas;
   // On unless turned off: 4-9% on the d 512 prefill cases (docs/PERF.md, session 35).
   plan.flags.tensor_stores = tuning.sm90_tensor_stores != TuningOptions::Switch::kOff;
+  const int box_rows = tuning.sm90_output_box_rows;
+  if (box_rows != 0 && box_rows != 16 && box_rows != 64) {
+    return invalid_argument("TuningOptions::sm90_output_box_rows", "0, 16 or 64", std::to_string(box_rows));
+  }
+  plan.flags.output_box_rows = box_rows == 0 ? 16 : box_rows;
   plan.chain_combine = plan.num_splits > 1 && device.compute_capability >= 90;
   plan.order_tokens = order_tokens_wanted(family, shape, plan, blocks * plan.num_splits, slots, tuning.sm90_length_order);
   plan.workspace_bytes = planned_workspace_bytes(plan, shape);

@@ -62,6 +62,7 @@ struct LaunchFlags {
   bool after_prepass = false;
   // sm90 kernel of copied rows: outputs by per-warp tensor stores where the layout allows (TuningOptions).
   bool tensor_stores = false;
+  int output_box_rows = 16;  // ... in boxes of 16 rows (a warp's) or 64 (a warpgroup's)
 };
 
 struct AttentionVariant {

@@ -104,6 +104,11 @@ Expected<TuningOptions> TuningOptions::from_environment() {
     if (text != "16" && text != "32" && text != "64") return bad_variable("SMLA_SM90_HEAD_ROWS", "16, 32 or 64", text);
     options.sm90_head_block_rows = std::atoi(rows);
   }
+  if (const char* rows = std::getenv("SMLA_SM90_OUTPUT_BOX_ROWS"); rows != nullptr && *rows != '\0') {
+    const std::string_view text(rows);
+    if (text != "16" && text != "64") return bad_variable("SMLA_SM90_OUTPUT_BOX_ROWS", "16 or 64", text);
+    options.sm90_output_box_rows = std::atoi(rows);
+  }
   if (const char* order = std::getenv("SMLA_SM90_BLOCK_ORDER"); order != nullptr && *order != '\0') {
     const std::string_view text(order);
     if (text != "grid" && text != "token") return bad_variable("SMLA_SM90_BLOCK_ORDER", "grid or token", text);

@@ -62,9 +62,11 @@ struct SparseAttentionParams {
   std::int64_t stride_out_h = 0;
   bool out_aligned_4 = false;   // bf16 pairs may be stored as one 32-bit word
   bool out_aligned_16 = false;  // rows and every 8-value unit start on 16 bytes (sm90 staged output)
-  // sm90 kernel of copied rows: each warp's output rows leave by tensor stores
-  // through this CUtensorMap (16-head x 64-value boxes), set by its launch.
+  // sm90 kernel of copied rows: the output rows leave by tensor stores through this
+  // CUtensorMap (out_box_rows-head x 64-value boxes: 16, a warp's, or 64, a
+  // warpgroup's), set by its launch.
   bool out_by_tensor_map = false;
+  int out_box_rows = 16;
   alignas(128) std::uint8_t out_tensor_map[128] = {};
   float* lse = nullptr;        // [T, h_q] natural log, sink excluded, +inf when empty; may be nullptr
   std::int64_t stride_lse_t = 0;

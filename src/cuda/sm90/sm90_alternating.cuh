@@ -338,6 +338,47 @@ __device__ __forceinline__ void write_output_by_warp(const SparseAttentionParams
   __syncwarp();
 }
 
+// The same in 64-row boxes (SparseAttentionParams::out_box_rows 64): the warpgroup's
+// four warps stage a 64-column box of its 64 rows, then its thread 0 stores it, two
+// boxes in flight, the warpgroup's P tile and its 8 KB of the slots after the layout
+// taking turns: 4 tensor stores a warpgroup and item instead of 16, each after a barrier
+// of the warpgroup (as FlashMLA writes its output). By every thread of the warpgroup;
+// on return its boxes have been read out of shared memory.
+template <int kDim>
+__device__ __forceinline__ void write_output_by_warpgroup(const SparseAttentionParams& p, float (&o)[128],
+                                                          std::uint8_t* smem, int token, int head0, int half, int warp,
+                                                          int lane) {
+  using Layout = Sm90Layout<kDim>;
+  constexpr int kBoxes = kHalfColumns / 64;
+  const RowFactors<kDim> factors(smem, warp, lane);
+  const std::uint32_t buffers[2] = {smem_address(smem + (half == 0 ? Layout::kEvenP : Layout::kP)),
+                                    smem_address(smem + Layout::kOutputSlots + half * Layout::kChunkBytes)};
+  const MatrixLane at = matrix_lane(warp, lane);
+  const bool storer = warp == 0 && lane == 0;
+  const int barrier = kOutput0 + half;
+#pragma unroll
+  for (int box = 0; box < kBoxes; ++box) {
+    const std::uint32_t buffer = buffers[box % 2];
+    if (box >= 2) {
+      if (storer) bulk_wait_older_sources_read<1>();  // the box before last has left this buffer
+      named_barrier_sync(barrier, 128);
+    }
+#pragma unroll
+    for (int pair = 0; pair < 4; ++pair) {  // n-tiles 8 box + 2 pair and + 1
+      store_scaled_tile_pair(buffer + swizzled_offset(at.row, 2 * pair + at.unit), o + 8 * (4 * box + pair),
+                             factors.value);
+    }
+    fence_view_async_shared();  // each thread's rows, before the tensor store reads them
+    named_barrier_sync(barrier, 128);
+    if (storer) {
+      tensor_store_3d(p.out_tensor_map, buffer, half * kHalfColumns + 64 * box, head0, token, l2_evict_first_policy());
+      bulk_commit();
+    }
+  }
+  if (storer) bulk_wait_sources_read();  // both buffers are written again next item
+  named_barrier_sync(barrier, 128);
+}
+
 // One consumer warpgroup of the alternating scheme, one work item. kOdd: tiles 1, 3,
 // ... and O columns 256-511. first_parity as for the producer. On return every K
 // half is released and both warpgroups are done with the Q tile. query_free() (by
@@ -531,7 +572,9 @@ __device__ __forceinline__ void run_alternating_consumer(const SparseAttentionPa
   // that the loop over pairs needs (ptxas spilled them, and the reloads missed L1).
   int output_lane = lane;
   asm volatile("" : "+r"(output_lane));
-  if (by_warp) {
+  if (by_warp && p.out_box_rows == 64) {
+    write_output_by_warpgroup<Loader::kDim>(p, o, smem, token, head0, kOwn, warp, output_lane);
+  } else if (by_warp) {
     write_output_by_warp<Loader::kDim>(p, o, smem, token, head0, kOwn, warp, output_lane);
   } else {
     write_output_half<Loader::kDim>(p, o, smem, token, head0, split, kOwn,

@@ -45,9 +45,9 @@ void encode_query_tensor_map(SparseAttentionParams* p, int d_qk) {
   p->q_by_tensor_map = result == CUDA_SUCCESS;
 }
 
-void encode_output_tensor_map(SparseAttentionParams* p) {
+void encode_output_tensor_map(SparseAttentionParams* p, int box_rows) {
   p->out_by_tensor_map = false;
-  if (!p->out_aligned_16 || p->num_splits != 1 || p->head_block_rows != 64 || p->stride_out_h <= 0 ||
+  if ((box_rows != 16 && box_rows != 64) || !p->out_aligned_16 || p->num_splits != 1 || p->head_block_rows != 64 || p->stride_out_h <= 0 ||
       p->stride_out_t <= 0 || p->num_tokens <= 0 || p->num_heads <= 0) {
     return;
   }
@@ -56,13 +56,15 @@ void encode_output_tensor_map(SparseAttentionParams* p) {
   const cuuint64_t dims[3] = {512, static_cast<cuuint64_t>(p->num_heads), static_cast<cuuint64_t>(p->num_tokens)};
   const cuuint64_t strides[2] = {static_cast<cuuint64_t>(p->stride_out_h) * 2,
                                  static_cast<cuuint64_t>(p->stride_out_t) * 2};
-  const cuuint32_t box[3] = {64, 16, 1};  // a warp's 16 rows x one 128-byte swizzle row of values
+  // A warp's 16 rows or a warpgroup's 64, x one 128-byte swizzle row of values.
+  const cuuint32_t box[3] = {64, static_cast<cuuint32_t>(box_rows), 1};
   const cuuint32_t element_strides[3] = {1, 1, 1};
   auto* map = reinterpret_cast<CUtensorMap*>(p->out_tensor_map);
   const CUresult result = encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, p->out, dims, strides, box, element_strides,
                                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                  CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   p->out_by_tensor_map = result == CUDA_SUCCESS;
+  p->out_box_rows = box_rows;
 }
 
 }  // namespace smla::cuda::sm90

@@ -25,7 +25,7 @@ cudaError_t launch_sm90_attention(const SparseAttentionParams& caller_params, di
   encode_query_tensor_map(&params, Loader::kDim);
   params.out_by_tensor_map = false;  // the kernels' own choice, never the caller's
   if constexpr (Loader::kCopiesRows && Sm90Layout<Loader::kDim>::kHasOutputSlots) {
-    if (flags.tensor_stores) encode_output_tensor_map(&params);
+    if (flags.tensor_stores) encode_output_tensor_map(&params, flags.output_box_rows);
   }
   const std::int64_t blocks = static_cast<std::int64_t>(grid.x) * grid.y * grid.z;
   if constexpr (Loader::kCopiesRows) {

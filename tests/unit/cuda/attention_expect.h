@@ -60,7 +60,7 @@ inline KernelChoice sm90_on_persistent_ctas(int ctas, TuningOptions tuning = {},
 // kernel also with CTA pairs forced and without them when a token has two 64-row head blocks, with FP8
 // rows staged (decode), without the L2 row prefetch (decode) and with copied rows
 // on three CTAs (the staged decode choice, and prefill, there with and without the
-// output's tensor stores, on by default), so the test grids, a CTA per block by default, also run
+// output's tensor stores, on by default, and with their 64-row boxes), so the test grids, a CTA per block by default, also run
 // blocks one after another in a CTA.
 inline std::vector<KernelChoice> kernel_choices(Op op, std::int64_t heads) {
   std::vector<KernelChoice> choices;
@@ -102,6 +102,10 @@ inline std::vector<KernelChoice> kernel_choices(Op op, std::int64_t heads) {
       TuningOptions staged_output = tuning;
       staged_output.sm90_tensor_stores = TuningOptions::Switch::kOff;
       choices.push_back(sm90_on_persistent_ctas(3, staged_output, "cuda.sm90 with the output through the Q tile"));
+      // ... or by tensor stores of a warpgroup's 64 rows at a time.
+      TuningOptions box64 = tuning;
+      box64.sm90_output_box_rows = 64;
+      choices.push_back(sm90_on_persistent_ctas(3, box64, "cuda.sm90 with 64-row output boxes"));
     }
     if (heads > 64 && heads <= 128) {
       // The plan leaves short splits unpaired; forced 64-head blocks keep the pairs there.

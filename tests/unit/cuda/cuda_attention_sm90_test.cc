@@ -692,6 +692,21 @@ TEST(Sm90Plan, TensorStoresUnlessTurnedOff) {
   EXPECT_TRUE(tensor_stores(TuningOptions::Switch::kAuto));
   EXPECT_TRUE(tensor_stores(TuningOptions::Switch::kOn));
   EXPECT_FALSE(tensor_stores(TuningOptions::Switch::kOff));
+  // Their boxes: 16 rows unless 64 are asked for; other sizes are refused by name.
+  auto box_rows = [&](int rows) {
+    TuningOptions tuning;
+    tuning.sm90_output_box_rows = rows;
+    return nominal_sm90_plan(flat, 4096, 64, 512, tuning);
+  };
+  ASSERT_TRUE(box_rows(0).ok());
+  EXPECT_EQ(box_rows(0)->flags.output_box_rows, 16);
+  EXPECT_EQ(box_rows(16)->flags.output_box_rows, 16);
+  EXPECT_EQ(box_rows(64)->flags.output_box_rows, 64);
+  for (int rows : {-1, 8, 32, 128}) {
+    EXPECT_TRUE(testing::FailsWith(box_rows(rows).status(), StatusCode::kInvalidArgument,
+                                   {"TuningOptions::sm90_output_box_rows", "0, 16 or 64", std::to_string(rows)}))
+        << rows;
+  }
 }
 
 // Host-only: how the sm90 plan splits a token's keys and which launches ask L2

@@ -99,6 +99,7 @@ TEST(TuningOptions, DefaultsAreTheTunedChoices) {
   EXPECT_EQ(defaults.sm90_staging_rows, -1);
   EXPECT_EQ(defaults.sm90_persistent_ctas, -1);
   EXPECT_EQ(defaults.sm90_head_block_rows, 0);
+  EXPECT_EQ(defaults.sm90_output_box_rows, 0);
   EXPECT_EQ(defaults.cpu_threads, 0);
 }
 
@@ -115,6 +116,7 @@ TEST(TuningOptions, ReadFromTheEnvironment) {
   const ScopedVariable head_rows("SMLA_SM90_HEAD_ROWS", "32");
   const ScopedVariable length_order("SMLA_SM90_LENGTH_ORDER", "off");
   const ScopedVariable tensor_stores("SMLA_SM90_TENSOR_STORES", "on");
+  const ScopedVariable box_rows("SMLA_SM90_OUTPUT_BOX_ROWS", "64");
   auto tuning = TuningOptions::from_environment();
   ASSERT_TRUE(IsOk(tuning.status()));
   EXPECT_EQ(tuning->implementation, "cuda.portable");
@@ -129,6 +131,7 @@ TEST(TuningOptions, ReadFromTheEnvironment) {
   EXPECT_EQ(tuning->sm90_head_block_rows, 32);
   EXPECT_EQ(tuning->sm90_length_order, TuningOptions::Switch::kOff);
   EXPECT_EQ(tuning->sm90_tensor_stores, TuningOptions::Switch::kOn);
+  EXPECT_EQ(tuning->sm90_output_box_rows, 64);
   const ScopedVariable one_per_block("SMLA_SM90_PERSISTENT_CTAS", "0");
   auto zero = TuningOptions::from_environment();
   ASSERT_TRUE(IsOk(zero.status()));
@@ -165,6 +168,12 @@ TEST(TuningOptions, UnknownValuesNameTheVariable) {
     const ScopedVariable head_rows("SMLA_SM90_HEAD_ROWS", rows);
     EXPECT_TRUE(FailsWith(TuningOptions::from_environment().status(), StatusCode::kInvalidArgument,
                           {"SMLA_SM90_HEAD_ROWS", "16, 32 or 64", std::string("'") + rows + "'"}))
+        << rows;
+  }
+  for (const char* rows : {"0", "32", "128", "warp"}) {
+    const ScopedVariable box_rows("SMLA_SM90_OUTPUT_BOX_ROWS", rows);
+    EXPECT_TRUE(FailsWith(TuningOptions::from_environment().status(), StatusCode::kInvalidArgument,
+                          {"SMLA_SM90_OUTPUT_BOX_ROWS", "16 or 64", std::string("'") + rows + "'"}))
         << rows;
   }
   {
