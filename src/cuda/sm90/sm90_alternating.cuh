@@ -299,84 +299,62 @@ __device__ __forceinline__ std::uint32_t output_slot(std::uint8_t* smem, int hal
   return smem_address(smem + in_p_tile);
 }
 
-// Tensor stores of the output (output_by_warp): each warp writes its 16 rows of its
-// warpgroup's 256 columns from its slot, a 64-column box at a time, two in flight
-// (the slot's halves in turn), so no warp waits for another and the Q tile is free
-// for the next item's Q once the last Q K^T is done. By every thread of the warp; on
-// return the warp's boxes have been read out of the slot.
-template <int kDim>
-__device__ __forceinline__ void write_output_by_warp(const SparseAttentionParams& p, float (&o)[128],
-                                                     std::uint8_t* smem, int token, int head0, int half, int warp,
-                                                     int lane) {
-  constexpr int kBoxBytes = 16 * kSwizzleRowBytes;
+// Tensor stores of the output (output_by_warp), a 64-column box at a time, two in
+// flight, from shared memory that no wgmma reads any more, so the Q tile is free for
+// the next item's Q once the last Q K^T is done. kBoxRows 16: each warp stages and
+// stores its own 16 rows from a 4 KB slot of its own (the slot's halves in turn), and
+// no warp waits for another. kBoxRows 64 (SparseAttentionParams::out_box_rows): the
+// warpgroup's four warps stage a box of its 64 rows, its P tile and its 8 KB of the
+// slots after the layout in turn, and its thread 0 stores it after a barrier of the
+// warpgroup: 4 stores a warpgroup and item instead of 16, as FlashMLA writes its
+// output. By every thread of the warp (16) or warpgroup (64); on return their boxes
+// have been read out of shared memory, which the next item writes again.
+template <int kDim, int kBoxRows>
+__device__ __forceinline__ void write_output_by_tensor_stores(const SparseAttentionParams& p, float (&o)[128],
+                                                              std::uint8_t* smem, int token, int head0, int half,
+                                                              int warp, int lane) {
+  static_assert(kBoxRows == 16 || kBoxRows == 64);
+  using Layout = Sm90Layout<kDim>;
+  constexpr bool kByWarp = kBoxRows == 16;
+  constexpr int kBoxBytes = kBoxRows * kSwizzleRowBytes;
   constexpr int kBoxes = kHalfColumns / 64;
   const RowFactors<kDim> factors(smem, warp, lane);
-  const std::uint32_t slot = output_slot<kDim>(smem, half, warp);
+  const std::uint32_t buffers[2] = {
+      kByWarp ? output_slot<kDim>(smem, half, warp) : smem_address(smem + (half == 0 ? Layout::kEvenP : Layout::kP)),
+      kByWarp ? output_slot<kDim>(smem, half, warp) + kBoxBytes
+              : smem_address(smem + Layout::kOutputSlots + half * Layout::kChunkBytes)};
   const MatrixLane at = matrix_lane(warp, lane);
-  const int box_row = at.row - 16 * warp;
+  const int box_row = kByWarp ? at.row - 16 * warp : at.row;
+  const bool storer = lane == 0 && (kByWarp || warp == 0);
+  auto sync = [&] {
+    if constexpr (kByWarp) {
+      __syncwarp();
+    } else {
+      named_barrier_sync(kOutput0 + half, 128);
+    }
+  };
 #pragma unroll
   for (int box = 0; box < kBoxes; ++box) {
-    const std::uint32_t buffer = slot + (box % 2) * kBoxBytes;
+    const std::uint32_t buffer = buffers[box % 2];
     if (box >= 2) {
-      if (lane == 0) bulk_wait_older_sources_read<1>();  // the box before last has left this buffer
-      __syncwarp();
+      if (storer) bulk_wait_older_sources_read<1>();  // the box before last has left this buffer
+      sync();
     }
 #pragma unroll
     for (int pair = 0; pair < 4; ++pair) {  // n-tiles 8 box + 2 pair and + 1
       store_scaled_tile_pair(buffer + swizzled_offset(box_row, 2 * pair + at.unit), o + 8 * (4 * box + pair),
                              factors.value);
     }
-    fence_view_async_shared();  // each lane's rows, before the tensor store reads them
-    __syncwarp();
-    if (lane == 0) {
-      tensor_store_3d(p.out_tensor_map, buffer, half * kHalfColumns + 64 * box, head0 + 16 * warp, token,
-                      l2_evict_first_policy());
-      bulk_commit();
-    }
-  }
-  if (lane == 0) bulk_wait_sources_read();  // the slot (a P tile for warps 0-1) is written again next item
-  __syncwarp();
-}
-
-// The same in 64-row boxes (SparseAttentionParams::out_box_rows 64): the warpgroup's
-// four warps stage a 64-column box of its 64 rows, then its thread 0 stores it, two
-// boxes in flight, the warpgroup's P tile and its 8 KB of the slots after the layout
-// taking turns: 4 tensor stores a warpgroup and item instead of 16, each after a barrier
-// of the warpgroup (as FlashMLA writes its output). By every thread of the warpgroup;
-// on return its boxes have been read out of shared memory.
-template <int kDim>
-__device__ __forceinline__ void write_output_by_warpgroup(const SparseAttentionParams& p, float (&o)[128],
-                                                          std::uint8_t* smem, int token, int head0, int half, int warp,
-                                                          int lane) {
-  using Layout = Sm90Layout<kDim>;
-  constexpr int kBoxes = kHalfColumns / 64;
-  const RowFactors<kDim> factors(smem, warp, lane);
-  const std::uint32_t buffers[2] = {smem_address(smem + (half == 0 ? Layout::kEvenP : Layout::kP)),
-                                    smem_address(smem + Layout::kOutputSlots + half * Layout::kChunkBytes)};
-  const MatrixLane at = matrix_lane(warp, lane);
-  const bool storer = warp == 0 && lane == 0;
-  const int barrier = kOutput0 + half;
-#pragma unroll
-  for (int box = 0; box < kBoxes; ++box) {
-    const std::uint32_t buffer = buffers[box % 2];
-    if (box >= 2) {
-      if (storer) bulk_wait_older_sources_read<1>();  // the box before last has left this buffer
-      named_barrier_sync(barrier, 128);
-    }
-#pragma unroll
-    for (int pair = 0; pair < 4; ++pair) {  // n-tiles 8 box + 2 pair and + 1
-      store_scaled_tile_pair(buffer + swizzled_offset(at.row, 2 * pair + at.unit), o + 8 * (4 * box + pair),
-                             factors.value);
-    }
     fence_view_async_shared();  // each thread's rows, before the tensor store reads them
-    named_barrier_sync(barrier, 128);
+    sync();
     if (storer) {
-      tensor_store_3d(p.out_tensor_map, buffer, half * kHalfColumns + 64 * box, head0, token, l2_evict_first_policy());
+      tensor_store_3d(p.out_tensor_map, buffer, half * kHalfColumns + 64 * box, head0 + (kByWarp ? 16 * warp : 0),
+                      token, l2_evict_first_policy());
       bulk_commit();
     }
   }
-  if (storer) bulk_wait_sources_read();  // both buffers are written again next item
-  named_barrier_sync(barrier, 128);
+  if (storer) bulk_wait_sources_read();  // the buffers (P tiles among them) are written again next item
+  sync();
 }
 
 // One consumer warpgroup of the alternating scheme, one work item. kOdd: tiles 1, 3,
@@ -573,9 +551,9 @@ __device__ __forceinline__ void run_alternating_consumer(const SparseAttentionPa
   int output_lane = lane;
   asm volatile("" : "+r"(output_lane));
   if (by_warp && p.out_box_rows == 64) {
-    write_output_by_warpgroup<Loader::kDim>(p, o, smem, token, head0, kOwn, warp, output_lane);
+    write_output_by_tensor_stores<Loader::kDim, 64>(p, o, smem, token, head0, kOwn, warp, output_lane);
   } else if (by_warp) {
-    write_output_by_warp<Loader::kDim>(p, o, smem, token, head0, kOwn, warp, output_lane);
+    write_output_by_tensor_stores<Loader::kDim, 16>(p, o, smem, token, head0, kOwn, warp, output_lane);
   } else {
     write_output_half<Loader::kDim>(p, o, smem, token, head0, split, kOwn,
                                     reinterpret_cast<const float*>(smem + Layout::kRowMax), sum_s, warp, output_lane);
