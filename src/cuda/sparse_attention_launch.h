@@ -60,7 +60,7 @@ struct LaunchFlags {
   // serialization, so its CTAs are resident while the prepass runs (they wait for
   // its order before they read anything).
   bool after_prepass = false;
-  // sm90 kernel of copied rows: outputs by per-warp tensor stores where the layout allows (TuningOptions).
+  // sm90 kernel of copied rows: outputs by tensor stores where the layout allows (TuningOptions).
   bool tensor_stores = false;
   int output_box_rows = 16;  // ... in boxes of 16 rows (a warp's) or 64 (a warpgroup's)
 };

@@ -279,10 +279,10 @@ __device__ __forceinline__ void issue_score_steps(float (&s)[32], std::uint64_t 
   }
 }
 
-// Whether this launch writes its outputs by per-warp tensor stores (only rows of d 512
-// have the slots; the launch encodes the map only for them).
+// Whether this launch writes its outputs by tensor stores (only rows of d 512 have the
+// slots; the launch encodes the map only for them).
 template <int kDim>
-__device__ __forceinline__ bool output_by_warp(const SparseAttentionParams& p) {
+__device__ __forceinline__ bool output_by_tensor_stores(const SparseAttentionParams& p) {
   if constexpr (Sm90Layout<kDim>::kHasOutputSlots) {
     return p.out_by_tensor_map;
   } else {
@@ -299,7 +299,7 @@ __device__ __forceinline__ std::uint32_t output_slot(std::uint8_t* smem, int hal
   return smem_address(smem + in_p_tile);
 }
 
-// Tensor stores of the output (output_by_warp), a 64-column box at a time, two in
+// Tensor stores of the output (output_by_tensor_stores), a 64-column box at a time, two in
 // flight, from shared memory that no wgmma reads any more, so the Q tile is free for
 // the next item's Q once the last Q K^T is done. kBoxRows 16: each warp stages and
 // stores its own 16 rows from a 4 KB slot of its own (the slot's halves in turn), and
@@ -319,10 +319,10 @@ __device__ __forceinline__ void write_output_by_tensor_stores(const SparseAttent
   constexpr int kBoxBytes = kBoxRows * kSwizzleRowBytes;
   constexpr int kBoxes = kHalfColumns / 64;
   const RowFactors<kDim> factors(smem, warp, lane);
+  const std::uint32_t first =
+      kByWarp ? output_slot<kDim>(smem, half, warp) : smem_address(smem + (half == 0 ? Layout::kEvenP : Layout::kP));
   const std::uint32_t buffers[2] = {
-      kByWarp ? output_slot<kDim>(smem, half, warp) : smem_address(smem + (half == 0 ? Layout::kEvenP : Layout::kP)),
-      kByWarp ? output_slot<kDim>(smem, half, warp) + kBoxBytes
-              : smem_address(smem + Layout::kOutputSlots + half * Layout::kChunkBytes)};
+      first, kByWarp ? first + kBoxBytes : smem_address(smem + Layout::kOutputSlots + half * Layout::kChunkBytes)};
   const MatrixLane at = matrix_lane(warp, lane);
   const int box_row = kByWarp ? at.row - 16 * warp : at.row;
   const bool storer = lane == 0 && (kByWarp || warp == 0);
@@ -532,8 +532,8 @@ __device__ __forceinline__ void run_alternating_consumer(const SparseAttentionPa
   if constexpr (kOdd) publish_rows(sum_s, row_sum, row0, lane);
   named_barrier_sync(kConsumers, kConsumerThreads);  // odd's sums in; both done with pair_max_s
   // Where the output is staged in the Q tile (not by tensor stores), the next Q waits for it.
-  const bool by_warp = output_by_warp<Loader::kDim>(p);
-  const bool in_q_tile = output_is_staged(p) && !by_warp;
+  const bool by_tensor_stores = output_by_tensor_stores<Loader::kDim>(p);
+  const bool in_q_tile = output_is_staged(p) && !by_tensor_stores;
   if (!kOdd && !in_q_tile) query_free();  // every wgmma that read the Q tile has completed
   if (!kOdd && thread == 0) trace_item(kItemStatsDone);
   if constexpr (!kOdd) {
@@ -550,9 +550,9 @@ __device__ __forceinline__ void run_alternating_consumer(const SparseAttentionPa
   // that the loop over pairs needs (ptxas spilled them, and the reloads missed L1).
   int output_lane = lane;
   asm volatile("" : "+r"(output_lane));
-  if (by_warp && p.out_box_rows == 64) {
+  if (by_tensor_stores && p.out_box_rows == 64) {
     write_output_by_tensor_stores<Loader::kDim, 64>(p, o, smem, token, head0, kOwn, warp, output_lane);
-  } else if (by_warp) {
+  } else if (by_tensor_stores) {
     write_output_by_tensor_stores<Loader::kDim, 16>(p, o, smem, token, head0, kOwn, warp, output_lane);
   } else {
     write_output_half<Loader::kDim>(p, o, smem, token, head0, split, kOwn,

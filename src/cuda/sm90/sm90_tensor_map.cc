@@ -47,8 +47,8 @@ void encode_query_tensor_map(SparseAttentionParams* p, int d_qk) {
 
 void encode_output_tensor_map(SparseAttentionParams* p, int box_rows) {
   p->out_by_tensor_map = false;
-  if ((box_rows != 16 && box_rows != 64) || !p->out_aligned_16 || p->num_splits != 1 || p->head_block_rows != 64 || p->stride_out_h <= 0 ||
-      p->stride_out_t <= 0 || p->num_tokens <= 0 || p->num_heads <= 0) {
+  if ((box_rows != 16 && box_rows != 64) || !p->out_aligned_16 || p->num_splits != 1 || p->head_block_rows != 64 ||
+      p->stride_out_h <= 0 || p->stride_out_t <= 0 || p->num_tokens <= 0 || p->num_heads <= 0) {
     return;
   }
   const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();

@@ -60,8 +60,8 @@ inline KernelChoice sm90_on_persistent_ctas(int ctas, TuningOptions tuning = {},
 // kernel also with CTA pairs forced and without them when a token has two 64-row head blocks, with FP8
 // rows staged (decode), without the L2 row prefetch (decode) and with copied rows
 // on three CTAs (the staged decode choice, and prefill, there with and without the
-// output's tensor stores, on by default, and with their 64-row boxes), so the test grids, a CTA per block by default, also run
-// blocks one after another in a CTA.
+// output's tensor stores, on by default, and with their 64-row boxes), so the test
+// grids, a CTA per block by default, also run blocks one after another in a CTA.
 inline std::vector<KernelChoice> kernel_choices(Op op, std::int64_t heads) {
   std::vector<KernelChoice> choices;
   const Context context = cuda_context();
@@ -83,7 +83,8 @@ inline std::vector<KernelChoice> kernel_choices(Op op, std::int64_t heads) {
       staged.sm90_stage_rows = TuningOptions::Switch::kOn;
       choices.push_back(sm90_on_persistent_ctas(3, staged, "cuda.sm90 with FP8 rows staged"));
       staged.sm90_tensor_stores = TuningOptions::Switch::kOff;  // the copying kernel's outputs staged in the Q tile
-      choices.push_back(sm90_on_persistent_ctas(3, staged, "cuda.sm90 with FP8 rows staged, output through the Q tile"));
+      choices.push_back(
+          sm90_on_persistent_ctas(3, staged, "cuda.sm90 with FP8 rows staged, output through the Q tile"));
       // The test cases' CTAs are few keys each, which the plan prefetches into L2; without
       // it the FP8 producer runs its other loop (unrolled for unpaired d_qk 512).
       // With the token order prepass forced too: the grid runs the tokens longest first.
