@@ -92,9 +92,14 @@ struct TuningOptions {
   Switch sm90_tensor_stores = Switch::kAuto;
   // Those tensor stores' boxes: 16 rows (each warp its own, no barrier between warps)
   // or 64 (each warpgroup's four warps stage a 64-row box, which its thread 0 stores:
-  // 8 stores an item instead of 32, as FlashMLA writes its output; not yet measured,
-  // docs/PERF.md, session 35). 0: 16. SMLA_SM90_OUTPUT_BOX_ROWS=16|64.
+  // 8 stores an item instead of 32, as FlashMLA writes its output; measured no
+  // faster, docs/PERF.md, session 36). 0: 16. SMLA_SM90_OUTPUT_BOX_ROWS=16|64.
   int sm90_output_box_rows = 0;
+  // sm90 kernel of FP8 rows, a split launch: the splits of a head block (or of a
+  // CTA pair) run as one thread-block cluster of at most 16 CTAs that merges its
+  // partials itself, so no combine kernel follows (auto: wherever the cluster fits
+  // the device; off: the combine launched, as before). SMLA_SM90_FOLD_SPLITS=on|off.
+  Switch sm90_fold_splits = Switch::kAuto;
   // cpu backend: threads an op runs on, the calling thread included; 0 = one
   // per CPU this process may run on. Results never depend on it.
   // SMLA_NUM_THREADS (a positive integer).

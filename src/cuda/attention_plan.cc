@@ -322,6 +322,31 @@ Status choose_head_block_rows(const AttentionShape& shape, const TuningOptions& 
   return Status::Ok();
 }
 
+// Whether the sm90 kernel of FP8 rows merges a split launch's partials in its
+// clusters (LaunchFlags::fold_splits): where TuningOptions::sm90_fold_splits is not
+// off and the splits of a block, of a CTA pair's two where paired, make a cluster of
+// at most kMostFoldedClusterCtas that the device can hold (a validating context
+// assumes Hopper's 16 fit: the splits, and so the workspace, are the same either way).
+Status plan_folded_splits(KernelFamily family, const AttentionShape& shape, const TuningOptions& tuning,
+                          Occupancy occupancy, AttentionPlan* plan) {
+  plan->flags.fold_splits = false;
+  // A gated staged call has one combine for whichever of its grids ran (plan_staging).
+  const bool gated = plan->staged != nullptr && plan->staged->gated;
+  if (family != KernelFamily::kSm90 || rows_stored_as_bf16(shape.kind) || plan->num_splits <= 1 || gated ||
+      tuning.sm90_fold_splits == TuningOptions::Switch::kOff) {
+    return Status::Ok();
+  }
+  const bool paired = plan->flags.pair_head_blocks && plan->head_blocks == 2 && plan->head_block_rows == kMaxTileRows;
+  if (plan->num_splits * (paired ? 2 : 1) > kMostFoldedClusterCtas) return Status::Ok();
+  int clusters = 1;
+  if (occupancy == Occupancy::kQueryDevice) {
+    const cudaError_t error = plan->variant.folded_clusters(plan->smem_bytes, plan->num_splits, paired, &clusters);
+    if (error != cudaSuccess) return cuda_failure("cluster occupancy query", error);
+  }
+  plan->flags.fold_splits = clusters > 0;
+  return Status::Ok();
+}
+
 }  // namespace
 
 bool sm90_tiles_preferred(const AttentionShape& shape, const DeviceProperties& device) {
@@ -396,13 +421,14 @@ Expected<AttentionPlan> plan_attention(KernelFamily family, const AttentionShape
     return invalid_argument("TuningOptions::sm90_output_box_rows", "0, 16 or 64", std::to_string(box_rows));
   }
   plan.flags.output_box_rows = box_rows == 0 ? 16 : box_rows;
-  plan.chain_combine = plan.num_splits > 1 && device.compute_capability >= 90;
   plan.order_tokens = order_tokens_wanted(family, shape, plan, blocks * plan.num_splits, slots, tuning.sm90_length_order);
   plan.workspace_bytes = planned_workspace_bytes(plan, shape);
   if (family == KernelFamily::kSm90) {
     const bool prefill_sized = wide.splits == 1 && wide.blocks > kStageMinWaves * slots;
     SMLA_RETURN_IF_ERROR(plan_staging(shape, device, tuning, occupancy, prefill_sized, &plan));
   }
+  SMLA_RETURN_IF_ERROR(plan_folded_splits(family, shape, tuning, occupancy, &plan));
+  plan.chain_combine = plan.num_splits > 1 && device.compute_capability >= 90 && !plan.flags.fold_splits;
   return plan;
 }
 
@@ -448,7 +474,7 @@ Status launch_grid(const AttentionPlan& plan, const SparseAttentionParams& param
 }
 
 Status launch_combine(const AttentionPlan& plan, const SparseAttentionParams& params, cudaStream_t stream) {
-  if (plan.num_splits <= 1) return Status::Ok();
+  if (plan.num_splits <= 1 || plan.flags.fold_splits) return Status::Ok();  // folded: the grid merged them
   const cudaError_t error = launch_split_combine(params, plan.chain_combine, stream);
   if (error != cudaSuccess) return cuda_failure("split combine launch", error);
   return Status::Ok();

@@ -146,6 +146,7 @@ std::string plan_description(const PlanState& state) {
                                  plan.k_buffers, plan.smem_bytes);
   if (plan.pack_tokens > 1) text += fmt::format(", {} tokens packed per CTA", plan.pack_tokens);
   if (plan.prefetch_rows) text += ", L2 prefetch";
+  if (plan.flags.fold_splits) text += ", splits merged in their cluster";
   if (plan.order_tokens) text += ", tokens longest first when lengths are passed";
   if (plan.staged) {
     text += fmt::format(", FP8 rows staged as bf16 (up to {} rows{}) for {}-row tiles x {} head blocks, {} splits",

@@ -50,6 +50,10 @@ constexpr bool rows_stored_as_bf16(LoaderKind kind) { return stores_bf16(KernelR
 static_assert(rows_stored_as_bf16(loader_kind(KvFormat::kBf16Rows)) && !rows_stored_as_bf16(loader_kind(KvFormat::kV4Fp8)));
 
 // Launch-time choices of the sm90 kernel (TuningOptions); the portable kernel has none.
+// The largest thread-block cluster a launch may fold its splits into: 16 CTAs on
+// Hopper (above 8 with the non-portable size attribute).
+inline constexpr int kMostFoldedClusterCtas = 16;
+
 struct LaunchFlags {
   bool pair_head_blocks = true;  // h_q 65..128: the two head blocks of a token as a CTA pair
   bool token_major = true;       // a token's head blocks start together
@@ -63,6 +67,10 @@ struct LaunchFlags {
   // sm90 kernel of copied rows: outputs by tensor stores where the layout allows (TuningOptions).
   bool tensor_stores = false;
   int output_box_rows = 16;  // ... in boxes of 16 rows (a warp's) or 64 (a warpgroup's)
+  // sm90 kernel of FP8 rows, grid.z > 1: the splits of a block (of a pair) run as one
+  // cluster that merges its partials itself (SparseAttentionParams::fold_splits), so
+  // no combine launch follows.
+  bool fold_splits = false;
 };
 
 struct AttentionVariant {
@@ -73,6 +81,9 @@ struct AttentionVariant {
   cudaError_t (*launch)(const SparseAttentionParams& params, dim3 grid, int smem_bytes, const LaunchFlags& flags,
                         cudaStream_t stream) = nullptr;
   cudaError_t (*blocks_per_sm)(int smem_bytes, int* blocks) = nullptr;
+  // sm90 kernel of FP8 rows: how many clusters of `splits` split CTAs (of pairs where
+  // `paired`) can be resident at once, 0 where none can; null for the other kernels.
+  cudaError_t (*folded_clusters)(int smem_bytes, int splits, bool paired, int* clusters) = nullptr;
 
   int smem_bytes(int stages, int k_buffers) const {
     return fixed_smem_bytes + stages * stage_smem_bytes + (k_buffers - 1) * k_buffer_smem_bytes;

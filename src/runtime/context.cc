@@ -86,6 +86,9 @@ Expected<TuningOptions> TuningOptions::from_environment() {
   auto tensor_stores = read_switch("SMLA_SM90_TENSOR_STORES", Switch::kAuto);
   if (!tensor_stores) return tensor_stores.status();
   options.sm90_tensor_stores = *tensor_stores;
+  auto fold = read_switch("SMLA_SM90_FOLD_SPLITS", Switch::kAuto);
+  if (!fold) return fold.status();
+  options.sm90_fold_splits = *fold;
   auto stage = read_switch("SMLA_SM90_STAGE", Switch::kAuto);
   if (!stage) return stage.status();
   options.sm90_stage_rows = *stage;

@@ -82,6 +82,10 @@ struct SparseAttentionParams {
   float* partial_out = nullptr;  // [num_splits, T, h_q, 512]; not written where partial_sum is 0
   float* partial_sum = nullptr;  // [num_splits, T, h_q]: 0 when the split attends nothing, NaN when a score was
   float* partial_max = nullptr;  // [num_splits, T, h_q]: raw dot products, -inf when nothing attended
+  // sm90 FP8 kernel, unpaired: the splits of a (token, head block) run as one
+  // cluster, which merges their partials itself after the cluster's barrier (no
+  // combine launch); set by the launch (LaunchFlags::fold_splits).
+  bool fold_splits = false;
 
   // Packed MTP (pack_tokens > 1): one CTA holds pack_tokens consecutive tokens x
   // all h_q heads (row r = token r / h_q, head r % h_q). Its keys are the union

@@ -28,6 +28,7 @@
 #include <cstdint>
 
 #include "src/cuda/common/attention_epilogue.cuh"
+#include "src/cuda/common/split_combine.cuh"
 #include "src/cuda/sm90/sm90_ptx.cuh"
 #include "src/cuda/sm90/sm90_row_loaders.cuh"
 #include "src/cuda/sm90/sm90_trace.cuh"
@@ -112,6 +113,10 @@ enum NamedBarrier : int {
 // each tile's expansion: CTA `rank` expands keys [32 rank, 32 rank + 32) and
 // bulk-copies them into the peer's buffer, so each producer does half the work.
 inline constexpr int kPairKeys = kKeys / 2;
+// A pair's CTAs are y-neighbours of the cluster, so its rank's low bit is the CTA's
+// half of the pair and rank ^ 1 its peer, also in a cluster of a pair's splits
+// (SparseAttentionParams::fold_splits: dims (1, 2, splits)).
+__device__ __forceinline__ int pair_half(std::uint32_t rank) { return static_cast<int>(rank & 1u); }
 
 template <int kDim>
 struct Sm90Layout {
@@ -365,7 +370,7 @@ __device__ __forceinline__ void send_rows_to_peer(std::uint8_t* smem, int tile, 
   const int warp = thread / 32;
 #pragma unroll
   for (int run = 0; run < kRuns; ++run) {
-    const int row = static_cast<int>(rank) * kPairKeys + (kByWarp ? run * kKeysPerRound + warp * kWarpRows : 0);
+    const int row = pair_half(rank) * kPairKeys + (kByWarp ? run * kKeysPerRound + warp * kWarpRows : 0);
     const std::uint32_t k_rows = smem_address(smem + Layout::kK + buffer * Layout::kTileBytes) + row * kSwizzleRowBytes;
 #pragma unroll
     for (int region = 0; region < Loader::kDim / 64; ++region) {
@@ -429,7 +434,7 @@ __device__ __forceinline__ void run_producer(const SparseAttentionParams& p, std
   constexpr int kKeysPerRound = 128 / Loader::kParts;
   constexpr int kRounds = (kPair ? kPairKeys : kKeys) / kKeysPerRound;  // this CTA's rounds per tile
   static_assert(kRounds >= 1 && kRounds * kKeysPerRound == (kPair ? kPairKeys : kKeys));
-  const int first_row = kPair ? static_cast<int>(rank) * kPairKeys : 0;  // of the rows this CTA expands
+  const int first_row = kPair ? pair_half(rank) * kPairKeys : 0;  // of the rows this CTA expands
   int* valid_s = reinterpret_cast<int*>(smem + Layout::kValid);
   const int part = Loader::part_of(thread);
   const int key_in_round = Loader::key_of(thread);
@@ -792,7 +797,7 @@ __device__ __forceinline__ void run_value_warpgroup(const SparseAttentionParams&
   // rows of the tile kPrefetchTiles ahead (two threads a key: row, scales), so
   // the producer's loads find them there. Tiles 1..kPrefetchTiles - 1 go first.
   // A CTA of a pair fetches only the rows it expands (threads 0..63).
-  const int first_row = kPair ? static_cast<int>(rank) * kPairKeys : 0;
+  const int first_row = kPair ? pair_half(rank) * kPairKeys : 0;
   auto request_prefetch = [&](int tile) {
     return request_key<kMayPackKeys<kPair>>(p, token, begin + tile * kKeys + first_row + thread / 2, end,
                                              n_main);  // past `end`: nothing is read
@@ -839,6 +844,24 @@ __device__ __forceinline__ void run_value_warpgroup(const SparseAttentionParams&
                                   reinterpret_cast<const float*>(smem + Layout::kRowMax),
                                   reinterpret_cast<const float*>(smem + Layout::kRowSum), warp, lane);
   if (thread == 0) trace(kTraceValueDone);
+}
+
+// Where the launch folds the combine (SparseAttentionParams::fold_splits), the
+// cluster's CTAs are the splits of one (token, head block), or of a pair's two.
+// Once each has written its partials (every thread's arrival releases its writes,
+// the wait acquires the others'), CTA `split` merges rows split, split +
+// num_splits, ... of its block, a consumer warp a row; the producer warps arrive
+// and leave.
+__device__ __forceinline__ void fold_cluster_splits(const SparseAttentionParams& p, int token, int head0, int split,
+                                                    int thread) {
+  cluster_sync();
+  constexpr int kMergingWarps = kConsumerThreads / 32;
+  const int warp = thread / 32;
+  if (warp >= kMergingWarps) return;
+  const HeadBlockRows rows = block_rows(p, token, head0);
+  for (int row = split + p.num_splits * warp; row < p.head_block_rows; row += p.num_splits * kMergingWarps) {
+    if (rows.live(row)) combine_split_row(p, rows.token(row), rows.head(row), thread % 32);
+  }
 }
 
 // The dynamic shared memory, its base aligned to the 1024-byte swizzle atom.
@@ -911,6 +934,10 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_attention_kernel(const __gri
   const auto [n_main, begin, end] = split_keys<kKeys>(token_key_counts(p, token), p.num_splits, split);
   if (begin >= end) {  // the same for both CTAs of a pair: neither touches the other
     write_empty_split_rows<kRows, kThreads>(p, split, tid, block_rows(p, token, head0));
+    if (p.fold_splits) {  // every CTA of the cluster meets as often as the others
+      fold_cluster_splits(p, token, head0, split, tid);
+      if constexpr (kPair) cluster_meet();
+    }
     return;
   }
   const int num_tiles = (end - begin + kKeys - 1) / kKeys;
@@ -921,16 +948,19 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_attention_kernel(const __gri
   if (warpgroup == 2) {
     set_registers<Budget::kProducer>();
     run_producer<Loader, kPair>(p, smem, token, begin, end, n_main, num_tiles, tid - kConsumerThreads, rank);
+    if (p.fold_splits) cluster_sync();  // its arrival only: the merge runs on the consumers' registers
   } else if (warpgroup == 0) {
     if (p.q_by_tensor_map && tid == 0) request_query<Loader::kDim>(p, token, head0, smem);
     set_registers<Budget::kScore>();
     stage_query<Loader::kDim>(p, token, head0, smem, tid);
     if (tid == 0) trace(kTraceQueryStaged);
     run_score_warpgroup<Loader, kPair>(p, smem, token, head0, split, num_tiles, tid, rank);
+    if (p.fold_splits) fold_cluster_splits(p, token, head0, split, tid);
   } else {
     set_registers<Budget::kValue>();
     stage_query<Loader::kDim>(p, token, head0, smem, tid);
     run_value_warpgroup<Loader, kPair>(p, smem, token, head0, split, begin, end, n_main, num_tiles, tid - 128, rank);
+    if (p.fold_splits) fold_cluster_splits(p, token, head0, split, tid);
   }
   // No CTA leaves while its peer may still reach into it. Each consumer warp's
   // arrivals on the peer's kPeerEmpty are waited for by the peer's producer before

@@ -13,6 +13,33 @@
 
 namespace smla::cuda::sm90 {
 
+inline constexpr int kMostPortableClusterCtas = 8;
+
+// The cluster of a launch that folds its splits: a block's splits, or a pair's.
+inline cudaLaunchAttribute folded_cluster(bool paired, unsigned splits) {
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = 1;
+  attribute.val.clusterDim.y = paired ? 2 : 1;
+  attribute.val.clusterDim.z = splits;
+  return attribute;
+}
+
+// The non-copying kernel for a launch; `paired`: the two head blocks of a token as a CTA pair.
+template <class Loader>
+auto* direct_kernel(bool paired, bool token_major) {
+  return paired ? sm90_attention_kernel<Loader, false, true>
+                : (token_major ? sm90_attention_kernel<Loader, true, false> : sm90_attention_kernel<Loader, false, false>);
+}
+
+// Sets what a folded cluster of `ctas` CTAs needs of `kernel` (the non-portable
+// size above 8); cudaErrorInvalidValue past kMostFoldedClusterCtas.
+template <class Kernel>
+cudaError_t allow_folded_cluster(Kernel* kernel, int ctas) {
+  if (ctas > kMostFoldedClusterCtas) return cudaErrorInvalidValue;
+  return ctas > kMostPortableClusterCtas ? ensure_large_clusters(kernel) : cudaSuccess;
+}
+
 template <class Loader>
 cudaError_t launch_sm90_attention(const SparseAttentionParams& caller_params, dim3 grid, int smem_bytes,
                                   const LaunchFlags& flags, cudaStream_t stream) {
@@ -23,7 +50,8 @@ cudaError_t launch_sm90_attention(const SparseAttentionParams& caller_params, di
   if (block_rows != kRows && (Loader::kCopiesRows || (block_rows != 16 && block_rows != 32))) return cudaErrorInvalidValue;
   SparseAttentionParams params = caller_params;
   encode_query_tensor_map(&params, Loader::kDim);
-  params.out_by_tensor_map = false;  // the kernels' own choice, never the caller's
+  params.out_by_tensor_map = false;  // the kernels' own choices, never the caller's
+  params.fold_splits = false;
   if constexpr (Loader::kCopiesRows && Sm90Layout<Loader::kDim>::kHasOutputSlots) {
     if (flags.tensor_stores) encode_output_tensor_map(&params, flags.output_box_rows);
   }
@@ -47,20 +75,17 @@ cudaError_t launch_sm90_attention(const SparseAttentionParams& caller_params, di
   } else {
     // The two head blocks of an h_q 65..128 token run as a CTA pair that shares the expansion.
     const bool paired = grid.y == 2 && flags.pair_head_blocks && block_rows == kRows;
-    auto* kernel = paired ? sm90_attention_kernel<Loader, false, true>
-                          : (flags.token_major ? sm90_attention_kernel<Loader, true, false>
-                                               : sm90_attention_kernel<Loader, false, false>);
-    const cudaError_t status = ensure_dynamic_smem(kernel, smem_bytes);
+    auto* kernel = direct_kernel<Loader>(paired, flags.token_major);
+    cudaError_t status = ensure_dynamic_smem(kernel, smem_bytes);
     if (status != cudaSuccess) return status;
+    params.fold_splits = flags.fold_splits && grid.z > 1;
+    if (params.fold_splits) {
+      status = allow_folded_cluster(kernel, static_cast<int>(grid.z) * (paired ? 2 : 1));
+      if (status != cudaSuccess) return status;
+    }
     cudaLaunchAttribute attributes[2]{};
     unsigned count = 0;
-    if (paired) {
-      attributes[count].id = cudaLaunchAttributeClusterDimension;
-      attributes[count].val.clusterDim.x = 1;
-      attributes[count].val.clusterDim.y = 2;  // the token's two head blocks
-      attributes[count].val.clusterDim.z = 1;
-      ++count;
-    }
+    if (params.fold_splits || paired) attributes[count++] = folded_cluster(paired, params.fold_splits ? grid.z : 1);
     if (flags.after_prepass) {
       attributes[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
       attributes[count].val.programmaticStreamSerializationAllowed = 1;
@@ -91,13 +116,36 @@ cudaError_t sm90_attention_blocks_per_sm(int smem_bytes, int* blocks) {
   return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, kernel, kThreads, smem_bytes);
 }
 
+template <class Loader>
+cudaError_t sm90_folded_clusters(int smem_bytes, int splits, bool paired, int* clusters) {
+  *clusters = 0;
+  if constexpr (Loader::kCopiesRows) {
+    return cudaSuccess;  // the copying kernel never folds
+  } else {
+    auto* kernel = direct_kernel<Loader>(paired, true);
+    const int ctas = splits * (paired ? 2 : 1);
+    if (ctas > kMostFoldedClusterCtas) return cudaSuccess;
+    cudaError_t status = ensure_dynamic_smem(kernel, smem_bytes);
+    if (status == cudaSuccess) status = allow_folded_cluster(kernel, ctas);
+    if (status != cudaSuccess) return status;
+    cudaLaunchAttribute cluster = folded_cluster(paired, static_cast<unsigned>(splits));
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(1, paired ? 2 : 1, static_cast<unsigned>(splits));
+    config.blockDim = dim3(kThreads);
+    config.dynamicSmemBytes = static_cast<std::size_t>(smem_bytes);
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+    return cudaOccupancyMaxActiveClusters(clusters, kernel, &config);
+  }
+}
+
 // The sm90 kernel has no raw staging ring and always two K buffers: all of its
 // shared memory is "fixed".
 template <class Units>
 AttentionVariant make_sm90_variant() {
   using Loader = Sm90RowLoader<Units>;
   return {kRows, Sm90Layout<Loader::kDim>::kDynamicBytes, 0, 0, &launch_sm90_attention<Loader>,
-          &sm90_attention_blocks_per_sm<Loader>};
+          &sm90_attention_blocks_per_sm<Loader>, &sm90_folded_clusters<Loader>};
 }
 
 }  // namespace smla::cuda::sm90

@@ -100,6 +100,7 @@ TEST(TuningOptions, DefaultsAreTheTunedChoices) {
   EXPECT_EQ(defaults.sm90_persistent_ctas, -1);
   EXPECT_EQ(defaults.sm90_head_block_rows, 0);
   EXPECT_EQ(defaults.sm90_output_box_rows, 0);
+  EXPECT_EQ(defaults.sm90_fold_splits, TuningOptions::Switch::kAuto);
   EXPECT_EQ(defaults.cpu_threads, 0);
 }
 
@@ -117,6 +118,7 @@ TEST(TuningOptions, ReadFromTheEnvironment) {
   const ScopedVariable length_order("SMLA_SM90_LENGTH_ORDER", "off");
   const ScopedVariable tensor_stores("SMLA_SM90_TENSOR_STORES", "on");
   const ScopedVariable box_rows("SMLA_SM90_OUTPUT_BOX_ROWS", "64");
+  const ScopedVariable fold("SMLA_SM90_FOLD_SPLITS", "off");
   auto tuning = TuningOptions::from_environment();
   ASSERT_TRUE(IsOk(tuning.status()));
   EXPECT_EQ(tuning->implementation, "cuda.portable");
@@ -132,6 +134,7 @@ TEST(TuningOptions, ReadFromTheEnvironment) {
   EXPECT_EQ(tuning->sm90_length_order, TuningOptions::Switch::kOff);
   EXPECT_EQ(tuning->sm90_tensor_stores, TuningOptions::Switch::kOn);
   EXPECT_EQ(tuning->sm90_output_box_rows, 64);
+  EXPECT_EQ(tuning->sm90_fold_splits, TuningOptions::Switch::kOff);
   const ScopedVariable one_per_block("SMLA_SM90_PERSISTENT_CTAS", "0");
   auto zero = TuningOptions::from_environment();
   ASSERT_TRUE(IsOk(zero.status()));
@@ -185,6 +188,11 @@ TEST(TuningOptions, UnknownValuesNameTheVariable) {
     const ScopedVariable tensor_stores("SMLA_SM90_TENSOR_STORES", "tma");
     EXPECT_TRUE(FailsWith(TuningOptions::from_environment().status(), StatusCode::kInvalidArgument,
                           {"SMLA_SM90_TENSOR_STORES", "on, off or auto", "'tma'"}));
+  }
+  {
+    const ScopedVariable fold("SMLA_SM90_FOLD_SPLITS", "cluster");
+    EXPECT_TRUE(FailsWith(TuningOptions::from_environment().status(), StatusCode::kInvalidArgument,
+                          {"SMLA_SM90_FOLD_SPLITS", "on, off or auto", "'cluster'"}));
   }
   const ScopedVariable pair("SMLA_SM90_PAIR", "maybe");
   EXPECT_TRUE(FailsWith(TuningOptions::from_environment().status(), StatusCode::kInvalidArgument,
