@@ -322,13 +322,21 @@ Status choose_head_block_rows(const AttentionShape& shape, const TuningOptions& 
   return Status::Ok();
 }
 
+// Clusters of `ctas` one-CTA-an-SM CTAs resident at once on a device not queried:
+// a cluster's CTAs share a GPC, taken as groups of 16 SMs (H100: 8 of 16-18).
+int nominal_resident_clusters(const DeviceProperties& device, int ctas) {
+  constexpr int kSmsPerGpc = 16;
+  return device.multiprocessors / kSmsPerGpc * (kSmsPerGpc / ctas);
+}
+
 // Whether the sm90 kernel of FP8 rows merges a split launch's partials in its
 // clusters (LaunchFlags::fold_splits): where TuningOptions::sm90_fold_splits is not
 // off and the splits of a block, of a CTA pair's two where paired, make a cluster of
-// at most kMostFoldedClusterCtas that the device can hold (a validating context
-// assumes Hopper's 16 fit: the splits, and so the workspace, are the same either way).
-Status plan_folded_splits(KernelFamily family, const AttentionShape& shape, const TuningOptions& tuning,
-                          Occupancy occupancy, AttentionPlan* plan) {
+// at most kMostFoldedClusterCtas, all of the grid's clusters resident at once (the
+// device's cluster occupancy; a validating context's nominal count). The splits,
+// and so the workspace, are the same either way.
+Status plan_folded_splits(KernelFamily family, const AttentionShape& shape, const DeviceProperties& device,
+                          const TuningOptions& tuning, Occupancy occupancy, AttentionPlan* plan) {
   plan->flags.fold_splits = false;
   // A gated staged call has one combine for whichever of its grids ran (plan_staging).
   const bool gated = plan->staged != nullptr && plan->staged->gated;
@@ -337,13 +345,17 @@ Status plan_folded_splits(KernelFamily family, const AttentionShape& shape, cons
     return Status::Ok();
   }
   const bool paired = plan->flags.pair_head_blocks && plan->head_blocks == 2 && plan->head_block_rows == kMaxTileRows;
-  if (plan->num_splits * (paired ? 2 : 1) > kMostFoldedClusterCtas) return Status::Ok();
-  int clusters = 1;
+  const int cluster_ctas = plan->num_splits * (paired ? 2 : 1);
+  if (cluster_ctas > kMostFoldedClusterCtas) return Status::Ok();
+  int resident = nominal_resident_clusters(device, cluster_ctas);
   if (occupancy == Occupancy::kQueryDevice) {
-    const cudaError_t error = plan->variant.folded_clusters(plan->smem_bytes, plan->num_splits, paired, &clusters);
+    const cudaError_t error = plan->variant.folded_clusters(plan->smem_bytes, plan->num_splits, paired, &resident);
     if (error != cudaSuccess) return cuda_failure("cluster occupancy query", error);
   }
-  plan->flags.fold_splits = clusters > 0;
+  // Clusters past one wave wait for a whole cluster's SMs to free up (CONFIG1 b = 2: 8 clusters
+  // of 10, 39% slower than the combine launch, docs/PERF.md, session 36).
+  const std::int64_t clusters = shape.num_tokens * plan->head_blocks / (paired ? 2 : 1);
+  plan->flags.fold_splits = resident > 0 && clusters <= resident;
   return Status::Ok();
 }
 
@@ -427,7 +439,7 @@ Expected<AttentionPlan> plan_attention(KernelFamily family, const AttentionShape
     const bool prefill_sized = wide.splits == 1 && wide.blocks > kStageMinWaves * slots;
     SMLA_RETURN_IF_ERROR(plan_staging(shape, device, tuning, occupancy, prefill_sized, &plan));
   }
-  SMLA_RETURN_IF_ERROR(plan_folded_splits(family, shape, tuning, occupancy, &plan));
+  SMLA_RETURN_IF_ERROR(plan_folded_splits(family, shape, device, tuning, occupancy, &plan));
   plan.chain_combine = plan.num_splits > 1 && device.compute_capability >= 90 && !plan.flags.fold_splits;
   return plan;
 }
