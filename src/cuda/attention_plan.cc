@@ -323,18 +323,20 @@ Status choose_head_block_rows(const AttentionShape& shape, const TuningOptions& 
 }
 
 // Clusters of `ctas` one-CTA-an-SM CTAs resident at once on a device not queried:
-// a cluster's CTAs share a GPC, taken as groups of 16 SMs (H100: 8 of 16-18).
+// a cluster's CTAs share a GPC, taken as 16 usable SMs a GPC of up to 18. On the
+// 132 SMs of an H200 this is at most the measured count (docs/PERF.md, session 36:
+// 7 for 10-16 CTAs, 9 for 9, 15 for 8, 22 for 5, 30 for 4; here 7, 7, 14, 21, 28).
 int nominal_resident_clusters(const DeviceProperties& device, int ctas) {
-  constexpr int kSmsPerGpc = 16;
-  return device.multiprocessors / kSmsPerGpc * (kSmsPerGpc / ctas);
+  return device.multiprocessors / 18 * (16 / ctas);
 }
 
 // Whether the sm90 kernel of FP8 rows merges a split launch's partials in its
 // clusters (LaunchFlags::fold_splits): where TuningOptions::sm90_fold_splits is not
 // off and the splits of a block, of a CTA pair's two where paired, make a cluster of
 // at most kMostFoldedClusterCtas, all of the grid's clusters resident at once (the
-// device's cluster occupancy; a validating context's nominal count). The splits,
-// and so the workspace, are the same either way.
+// device's cluster occupancy; a validating context's nominal count) and each CTA's
+// rows merged by its warps at one row each. The splits, and so the workspace, are
+// the same either way.
 Status plan_folded_splits(KernelFamily family, const AttentionShape& shape, const DeviceProperties& device,
                           const TuningOptions& tuning, Occupancy occupancy, AttentionPlan* plan) {
   plan->flags.fold_splits = false;
@@ -355,7 +357,11 @@ Status plan_folded_splits(KernelFamily family, const AttentionShape& shape, cons
   // Clusters past one wave wait for a whole cluster's SMs to free up (CONFIG1 b = 2: 8 clusters
   // of 10, 39% slower than the combine launch, docs/PERF.md, session 36).
   const std::int64_t clusters = shape.num_tokens * plan->head_blocks / (paired ? 2 : 1);
-  plan->flags.fold_splits = resident > 0 && clusters <= resident;
+  // A CTA's merge in one round of its warps: two rounds measured 4-6% slower than
+  // the combine launch (64-head blocks of 5 splits), one 0-10% faster.
+  const std::int64_t live_rows = std::min<std::int64_t>(plan->head_block_rows, shape.num_heads);
+  const bool one_round = (live_rows + plan->num_splits - 1) / plan->num_splits <= kFoldMergingWarps;
+  plan->flags.fold_splits = resident > 0 && clusters <= resident && one_round;
   return Status::Ok();
 }
 

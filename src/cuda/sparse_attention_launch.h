@@ -53,6 +53,9 @@ static_assert(rows_stored_as_bf16(loader_kind(KvFormat::kBf16Rows)) && !rows_sto
 // The largest thread-block cluster a launch may fold its splits into: 16 CTAs on
 // Hopper (above 8 with the non-portable size attribute).
 inline constexpr int kMostFoldedClusterCtas = 16;
+// The warps of a folding CTA that merge its rows, one row each at a time (the sm90
+// kernel's two consumer warpgroups).
+inline constexpr int kFoldMergingWarps = 8;
 
 struct LaunchFlags {
   bool pair_head_blocks = true;  // h_q 65..128: the two head blocks of a token as a CTA pair

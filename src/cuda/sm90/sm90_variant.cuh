@@ -14,6 +14,7 @@
 namespace smla::cuda::sm90 {
 
 inline constexpr int kMostPortableClusterCtas = 8;
+static_assert(kConsumerThreads / 32 == kFoldMergingWarps, "the plan counts on a row a consumer warp");
 
 // The cluster of a launch that folds its splits: a block's splits, or a pair's.
 inline cudaLaunchAttribute folded_cluster(bool paired, unsigned splits) {

@@ -711,49 +711,58 @@ TEST(Sm90Plan, TensorStoresUnlessTurnedOff) {
 
 // Host-only: which split launches merge their partials in their clusters
 // (LaunchFlags::fold_splits): FP8 rows, a cluster of the splits of a block (of a CTA
-// pair's two blocks where paired) of at most 16 CTAs, the switch not off. Splits
-// as worked out in SplitsAndL2Prefetch and HeadBlockRows below.
+// pair's two blocks where paired) of at most 16 CTAs, every cluster of the grid
+// resident at once (a validating context's nominal count on 132 SMs: 7 clusters of
+// 9-16 CTAs, 21 of 5, 14 of 8), at most 8 rows a CTA to merge, the switch not off.
+// Splits and head blocks as worked out in SplitsAndL2Prefetch and HeadBlockRows below.
 TEST(Sm90Plan, SplitsFoldedInClusters) {
   struct Fold {
     bool folded, chained;
-    int splits;
+    int splits, rows;
   };
   auto fold_for = [&](cuda::LoaderKind kind, std::int64_t tokens, std::int64_t heads, std::int64_t keys,
                       TuningOptions tuning = {}) {
     auto plan = nominal_sm90_plan(kind, tokens, heads, keys, tuning, true);
     EXPECT_TRUE(plan.ok()) << plan.status().to_string();
-    return plan.ok() ? Fold{plan->flags.fold_splits, plan->chain_combine, plan->num_splits} : Fold{false, false, -1};
+    return plan.ok() ? Fold{plan->flags.fold_splits, plan->chain_combine, plan->num_splits, plan->head_block_rows}
+                     : Fold{false, false, -1, -1};
   };
   const cuda::LoaderKind v4 = cuda::loader_kind(KvFormat::kV4Fp8);
   const cuda::LoaderKind v32 = cuda::loader_kind(KvFormat::kV32Fp8);
-  const Fold config1 = fold_for(v4, 4, 64, 640);  // CONFIG1 b=2: 10 splits of 32-head blocks
+  // SQ1-CONFIG1 b=2: 2 tokens x 2 blocks of 32 heads, 10 splits: 4 clusters of 10, 4 rows a CTA.
+  const Fold sq1 = fold_for(v4, 2, 64, 640);
+  EXPECT_EQ(sq1.splits, 10);
+  EXPECT_EQ(sq1.rows, 32);
+  EXPECT_TRUE(sq1.folded);
+  EXPECT_FALSE(sq1.chained);  // no combine follows to chain
+  const Fold config1 = fold_for(v4, 4, 64, 640);  // CONFIG1 b=2: 8 clusters of 10, 7 resident
   EXPECT_EQ(config1.splits, 10);
-  EXPECT_TRUE(config1.folded);
-  EXPECT_FALSE(config1.chained);  // no combine follows to chain
-  const Fold v32_b2 = fold_for(v32, 4, 128, 2048);  // V3.2 b=2: 16 splits, unpaired: the largest cluster
-  EXPECT_EQ(v32_b2.splits, 16);
-  EXPECT_TRUE(v32_b2.folded);
+  EXPECT_FALSE(config1.folded);
+  EXPECT_TRUE(config1.chained);
+  EXPECT_FALSE(fold_for(v32, 4, 128, 2048).folded);  // V3.2 b=2: 8 clusters of 16
+  // SB-CONFIG1 b=8: 16 tokens x one 64-head block, 5 splits: 16 clusters of 5 fit (21), but 13 rows a CTA.
+  const Fold rows13 = fold_for(v4, 16, 64, 640);
+  EXPECT_EQ(rows13.splits, 5);
+  EXPECT_EQ(rows13.rows, 64);
+  EXPECT_FALSE(rows13.folded);
   TuningOptions off;
   off.sm90_fold_splits = TuningOptions::Switch::kOff;
-  const Fold launched = fold_for(v4, 4, 64, 640, off);
+  const Fold launched = fold_for(v4, 2, 64, 640, off);
   EXPECT_FALSE(launched.folded);
   EXPECT_TRUE(launched.chained);
   EXPECT_EQ(launched.splits, 10);  // the same splits either way
   TuningOptions on;
   on.sm90_fold_splits = TuningOptions::Switch::kOn;
-  EXPECT_TRUE(fold_for(v4, 4, 64, 640, on).folded);
-  const Fold many = fold_for(v4, 1, 64, 16385);  // 52 splits: more than a cluster holds
-  EXPECT_EQ(many.splits, 52);
-  EXPECT_FALSE(many.folded);
-  EXPECT_TRUE(many.chained);
+  EXPECT_TRUE(fold_for(v4, 2, 64, 640, on).folded);
+  EXPECT_FALSE(fold_for(v4, 1, 64, 16385).folded);  // 52 splits: more than a cluster holds
   EXPECT_FALSE(fold_for(v4, 128, 64, 640).folded);  // CONFIG1 b=64: unsplit
-  EXPECT_FALSE(fold_for(cuda::flat_bf16_loader_kind(512), 4, 64, 640).folded);  // copied rows: never
+  EXPECT_FALSE(fold_for(cuda::flat_bf16_loader_kind(512), 2, 64, 640).folded);  // copied rows: never
   // CTA pairs (forced 64-head blocks keep them): two CTAs a split, so 8 splits at most.
   TuningOptions paired;
   paired.sm90_head_block_rows = 64;
   const Fold pair8 = fold_for(v4, 4, 128, 512, paired);  // 8 tiles, 16 CTAs a block allowed: 8 splits of 1
   EXPECT_EQ(pair8.splits, 8);
-  EXPECT_TRUE(pair8.folded);
+  EXPECT_TRUE(pair8.folded);  // 4 clusters of 16, 8 rows a CTA
   const Fold pair9 = fold_for(v4, 4, 128, 1152, paired);  // CONFIG2 b=2 paired: 9 splits, 18 CTAs
   EXPECT_EQ(pair9.splits, 9);
   EXPECT_FALSE(pair9.folded);
