@@ -49,6 +49,12 @@ struct SparseAttentionParams {
   int kv_stages = 1;  // 1..kMaxKvStages raw KV tile buffers; the dynamic shared memory holds that many
   int k_buffers = 1;  // 1 or 2 expanded K tiles in shared memory (2: expansion overlaps P V)
   bool prefetch_rows = false;  // sm90 kernel: ask L2 for rows a few tiles ahead (CTAs of few keys)
+  // sm90 FP8 kernel: the splits of a (token, head block), or of a CTA pair, run as
+  // one cluster that merges their partials after the cluster's barrier (no combine
+  // launch); set by the launch (LaunchFlags::fold_splits). Kept in the padding
+  // before stride_sink: past 896 bytes the parameters cost every small launch 3-5
+  // us (docs/PERF.md, session 37).
+  bool fold_splits = false;
   const float* sink = nullptr;  // [h_q] natural-log units, may be nullptr (= -inf)
   std::int64_t stride_sink = 1;
   // Scores and row maxima are raw dot products <q, k>; the scale multiplies their
@@ -82,10 +88,6 @@ struct SparseAttentionParams {
   float* partial_out = nullptr;  // [num_splits, T, h_q, 512]; not written where partial_sum is 0
   float* partial_sum = nullptr;  // [num_splits, T, h_q]: 0 when the split attends nothing, NaN when a score was
   float* partial_max = nullptr;  // [num_splits, T, h_q]: raw dot products, -inf when nothing attended
-  // sm90 FP8 kernel, unpaired: the splits of a (token, head block) run as one
-  // cluster, which merges their partials itself after the cluster's barrier (no
-  // combine launch); set by the launch (LaunchFlags::fold_splits).
-  bool fold_splits = false;
 
   // Packed MTP (pack_tokens > 1): one CTA holds pack_tokens consecutive tokens x
   // all h_q heads (row r = token r / h_q, head r % h_q). Its keys are the union
