@@ -332,7 +332,7 @@ int nominal_resident_clusters(const DeviceProperties& device, int ctas) {
 
 // Whether the sm90 kernel of FP8 rows merges a split launch's partials in its
 // clusters (LaunchFlags::fold_splits): where TuningOptions::sm90_fold_splits is not
-// off and the splits of a block, of a CTA pair's two where paired, make a cluster of
+// off, the blocks are not CTA pairs and the splits of a block make a cluster of
 // at most kMostFoldedClusterCtas, all of the grid's clusters resident at once (the
 // device's cluster occupancy; a validating context's nominal count) and each CTA's
 // rows merged by its warps at one row each. The splits, and so the workspace, are
@@ -346,17 +346,17 @@ Status plan_folded_splits(KernelFamily family, const AttentionShape& shape, cons
       tuning.sm90_fold_splits == TuningOptions::Switch::kOff) {
     return Status::Ok();
   }
+  // The paired kernel has no merge: its registers have no room for it.
   const bool paired = plan->flags.pair_head_blocks && plan->head_blocks == 2 && plan->head_block_rows == kMaxTileRows;
-  const int cluster_ctas = plan->num_splits * (paired ? 2 : 1);
-  if (cluster_ctas > kMostFoldedClusterCtas) return Status::Ok();
-  int resident = nominal_resident_clusters(device, cluster_ctas);
+  if (paired || plan->num_splits > kMostFoldedClusterCtas) return Status::Ok();
+  int resident = nominal_resident_clusters(device, plan->num_splits);
   if (occupancy == Occupancy::kQueryDevice) {
-    const cudaError_t error = plan->variant.folded_clusters(plan->smem_bytes, plan->num_splits, paired, &resident);
+    const cudaError_t error = plan->variant.folded_clusters(plan->smem_bytes, plan->num_splits, &resident);
     if (error != cudaSuccess) return cuda_failure("cluster occupancy query", error);
   }
   // Clusters past one wave wait for a whole cluster's SMs to free up (CONFIG1 b = 2: 8 clusters
   // of 10, 39% slower than the combine launch, docs/PERF.md, session 36).
-  const std::int64_t clusters = shape.num_tokens * plan->head_blocks / (paired ? 2 : 1);
+  const std::int64_t clusters = shape.num_tokens * plan->head_blocks;
   // A CTA's merge in one round of its warps: two rounds measured 4-6% slower than
   // the combine launch (64-head blocks of 5 splits), one 0-10% faster.
   const std::int64_t live_rows = std::min<std::int64_t>(plan->head_block_rows, shape.num_heads);

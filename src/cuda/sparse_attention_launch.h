@@ -70,7 +70,7 @@ struct LaunchFlags {
   // sm90 kernel of copied rows: outputs by tensor stores where the layout allows (TuningOptions).
   bool tensor_stores = false;
   int output_box_rows = 16;  // ... in boxes of 16 rows (a warp's) or 64 (a warpgroup's)
-  // sm90 kernel of FP8 rows, grid.z > 1: the splits of a block (of a pair) run as one
+  // sm90 kernel of FP8 rows, unpaired, grid.z > 1: the splits of a block run as one
   // cluster that merges its partials itself (SparseAttentionParams::fold_splits), so
   // no combine launch follows.
   bool fold_splits = false;
@@ -84,9 +84,9 @@ struct AttentionVariant {
   cudaError_t (*launch)(const SparseAttentionParams& params, dim3 grid, int smem_bytes, const LaunchFlags& flags,
                         cudaStream_t stream) = nullptr;
   cudaError_t (*blocks_per_sm)(int smem_bytes, int* blocks) = nullptr;
-  // sm90 kernel of FP8 rows: how many clusters of `splits` split CTAs (of pairs where
-  // `paired`) can be resident at once, 0 where none can; null for the other kernels.
-  cudaError_t (*folded_clusters)(int smem_bytes, int splits, bool paired, int* clusters) = nullptr;
+  // sm90 kernel of FP8 rows, unpaired: how many clusters of `splits` split CTAs can be
+  // resident at once, 0 where none can; null for the other kernels.
+  cudaError_t (*folded_clusters)(int smem_bytes, int splits, int* clusters) = nullptr;
 
   int smem_bytes(int stages, int k_buffers) const {
     return fixed_smem_bytes + stages * stage_smem_bytes + (k_buffers - 1) * k_buffer_smem_bytes;

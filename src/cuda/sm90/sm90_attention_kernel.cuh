@@ -113,10 +113,6 @@ enum NamedBarrier : int {
 // each tile's expansion: CTA `rank` expands keys [32 rank, 32 rank + 32) and
 // bulk-copies them into the peer's buffer, so each producer does half the work.
 inline constexpr int kPairKeys = kKeys / 2;
-// A pair's CTAs are y-neighbours of the cluster, so its rank's low bit is the CTA's
-// half of the pair and rank ^ 1 its peer, also in a cluster of a pair's splits
-// (SparseAttentionParams::fold_splits: dims (1, 2, splits)).
-__device__ __forceinline__ int pair_half(std::uint32_t rank) { return static_cast<int>(rank & 1u); }
 
 template <int kDim>
 struct Sm90Layout {
@@ -370,7 +366,7 @@ __device__ __forceinline__ void send_rows_to_peer(std::uint8_t* smem, int tile, 
   const int warp = thread / 32;
 #pragma unroll
   for (int run = 0; run < kRuns; ++run) {
-    const int row = pair_half(rank) * kPairKeys + (kByWarp ? run * kKeysPerRound + warp * kWarpRows : 0);
+    const int row = static_cast<int>(rank) * kPairKeys + (kByWarp ? run * kKeysPerRound + warp * kWarpRows : 0);
     const std::uint32_t k_rows = smem_address(smem + Layout::kK + buffer * Layout::kTileBytes) + row * kSwizzleRowBytes;
 #pragma unroll
     for (int region = 0; region < Loader::kDim / 64; ++region) {
@@ -434,7 +430,7 @@ __device__ __forceinline__ void run_producer(const SparseAttentionParams& p, std
   constexpr int kKeysPerRound = 128 / Loader::kParts;
   constexpr int kRounds = (kPair ? kPairKeys : kKeys) / kKeysPerRound;  // this CTA's rounds per tile
   static_assert(kRounds >= 1 && kRounds * kKeysPerRound == (kPair ? kPairKeys : kKeys));
-  const int first_row = kPair ? pair_half(rank) * kPairKeys : 0;  // of the rows this CTA expands
+  const int first_row = kPair ? static_cast<int>(rank) * kPairKeys : 0;  // of the rows this CTA expands
   int* valid_s = reinterpret_cast<int*>(smem + Layout::kValid);
   const int part = Loader::part_of(thread);
   const int key_in_round = Loader::key_of(thread);
@@ -797,7 +793,7 @@ __device__ __forceinline__ void run_value_warpgroup(const SparseAttentionParams&
   // rows of the tile kPrefetchTiles ahead (two threads a key: row, scales), so
   // the producer's loads find them there. Tiles 1..kPrefetchTiles - 1 go first.
   // A CTA of a pair fetches only the rows it expands (threads 0..63).
-  const int first_row = kPair ? pair_half(rank) * kPairKeys : 0;
+  const int first_row = kPair ? static_cast<int>(rank) * kPairKeys : 0;
   auto request_prefetch = [&](int tile) {
     return request_key<kMayPackKeys<kPair>>(p, token, begin + tile * kKeys + first_row + thread / 2, end,
                                              n_main);  // past `end`: nothing is read
@@ -846,9 +842,9 @@ __device__ __forceinline__ void run_value_warpgroup(const SparseAttentionParams&
   if (thread == 0) trace(kTraceValueDone);
 }
 
-// Where the launch folds the combine (SparseAttentionParams::fold_splits), the
-// cluster's CTAs are the splits of one (token, head block), or of a pair's two.
-// Once each has written its partials (every thread's arrival releases its writes,
+// Where the launch folds the combine (SparseAttentionParams::fold_splits; unpaired
+// CTAs only), the cluster's CTAs are the splits of one (token, head block). Once
+// each has written its partials (every thread's arrival releases its writes,
 // the wait acquires the others'), CTA `split` merges rows split, split +
 // num_splits, ... of its block, a consumer warp a row; the producer warps arrive
 // and leave.
@@ -932,35 +928,39 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_attention_kernel(const __gri
 
   // This split's share of the token's valid keys, from the length values on the device.
   const auto [n_main, begin, end] = split_keys<kKeys>(token_key_counts(p, token), p.num_splits, split);
+  const int warpgroup = tid / 128;
   if (begin >= end) {  // the same for both CTAs of a pair: neither touches the other
     write_empty_split_rows<kRows, kThreads>(p, split, tid, block_rows(p, token, head0));
-    if (p.fold_splits) {  // every CTA of the cluster meets as often as the others
-      fold_cluster_splits(p, token, head0, split, tid);
-      if constexpr (kPair) cluster_meet();
-    }
-    return;
-  }
-  const int num_tiles = (end - begin + kKeys - 1) / kKeys;
-  if (tid == 0) trace(kTraceLengthsRead);
-
-  using Budget = RegisterBudget<false>;
-  const int warpgroup = tid / 128;
-  if (warpgroup == 2) {
-    set_registers<Budget::kProducer>();
-    run_producer<Loader, kPair>(p, smem, token, begin, end, n_main, num_tiles, tid - kConsumerThreads, rank);
-    if (p.fold_splits) cluster_sync();  // its arrival only: the merge runs on the consumers' registers
-  } else if (warpgroup == 0) {
-    if (p.q_by_tensor_map && tid == 0) request_query<Loader::kDim>(p, token, head0, smem);
-    set_registers<Budget::kScore>();
-    stage_query<Loader::kDim>(p, token, head0, smem, tid);
-    if (tid == 0) trace(kTraceQueryStaged);
-    run_score_warpgroup<Loader, kPair>(p, smem, token, head0, split, num_tiles, tid, rank);
-    if (p.fold_splits) fold_cluster_splits(p, token, head0, split, tid);
+    if (kPair || !p.fold_splits) return;  // folding, it meets the cluster's other CTAs below like them
   } else {
-    set_registers<Budget::kValue>();
-    stage_query<Loader::kDim>(p, token, head0, smem, tid);
-    run_value_warpgroup<Loader, kPair>(p, smem, token, head0, split, begin, end, n_main, num_tiles, tid - 128, rank);
-    if (p.fold_splits) fold_cluster_splits(p, token, head0, split, tid);
+    const int num_tiles = (end - begin + kKeys - 1) / kKeys;
+    if (tid == 0) trace(kTraceLengthsRead);
+
+    using Budget = RegisterBudget<false>;
+    if (warpgroup == 2) {
+      set_registers<Budget::kProducer>();
+      run_producer<Loader, kPair>(p, smem, token, begin, end, n_main, num_tiles, tid - kConsumerThreads, rank);
+    } else if (warpgroup == 0) {
+      if (p.q_by_tensor_map && tid == 0) request_query<Loader::kDim>(p, token, head0, smem);
+      set_registers<Budget::kScore>();
+      stage_query<Loader::kDim>(p, token, head0, smem, tid);
+      if (tid == 0) trace(kTraceQueryStaged);
+      run_score_warpgroup<Loader, kPair>(p, smem, token, head0, split, num_tiles, tid, rank);
+    } else {
+      set_registers<Budget::kValue>();
+      stage_query<Loader::kDim>(p, token, head0, smem, tid);
+      run_value_warpgroup<Loader, kPair>(p, smem, token, head0, split, begin, end, n_main, num_tiles, tid - 128, rank);
+    }
+  }
+  // One merge for both paths (each inlined copy of it is 14 KB of kernel code); none
+  // in the paired kernel, whose registers have no room for it (20 bytes spilled).
+  // The producers only arrive: the merge runs on the consumers' registers.
+  if (!kPair && p.fold_splits) {
+    if (warpgroup == 2) {
+      cluster_sync();
+    } else {
+      fold_cluster_splits(p, token, head0, split, tid);
+    }
   }
   // No CTA leaves while its peer may still reach into it. Each consumer warp's
   // arrivals on the peer's kPeerEmpty are waited for by the peer's producer before

@@ -16,12 +16,13 @@ namespace smla::cuda::sm90 {
 inline constexpr int kMostPortableClusterCtas = 8;
 static_assert(kConsumerThreads / 32 == kFoldMergingWarps, "the plan counts on a row a consumer warp");
 
-// The cluster of a launch that folds its splits: a block's splits, or a pair's.
-inline cudaLaunchAttribute folded_cluster(bool paired, unsigned splits) {
+// The cluster of a launch: a token's two head blocks (a CTA pair, 1 x 2 x 1) or a
+// block's splits merged in their cluster (1 x 1 x splits).
+inline cudaLaunchAttribute cluster_of(unsigned head_blocks, unsigned splits) {
   cudaLaunchAttribute attribute{};
   attribute.id = cudaLaunchAttributeClusterDimension;
   attribute.val.clusterDim.x = 1;
-  attribute.val.clusterDim.y = paired ? 2 : 1;
+  attribute.val.clusterDim.y = head_blocks;
   attribute.val.clusterDim.z = splits;
   return attribute;
 }
@@ -79,14 +80,17 @@ cudaError_t launch_sm90_attention(const SparseAttentionParams& caller_params, di
     auto* kernel = direct_kernel<Loader>(paired, flags.token_major);
     cudaError_t status = ensure_dynamic_smem(kernel, smem_bytes);
     if (status != cudaSuccess) return status;
+    // The paired kernel has no merge (its registers have no room for it).
+    if (flags.fold_splits && paired) return cudaErrorInvalidValue;
     params.fold_splits = flags.fold_splits && grid.z > 1;
     if (params.fold_splits) {
-      status = allow_folded_cluster(kernel, static_cast<int>(grid.z) * (paired ? 2 : 1));
+      status = allow_folded_cluster(kernel, static_cast<int>(grid.z));
       if (status != cudaSuccess) return status;
     }
     cudaLaunchAttribute attributes[2]{};
     unsigned count = 0;
-    if (params.fold_splits || paired) attributes[count++] = folded_cluster(paired, params.fold_splits ? grid.z : 1);
+    if (paired) attributes[count++] = cluster_of(2, 1);
+    if (params.fold_splits) attributes[count++] = cluster_of(1, grid.z);
     if (flags.after_prepass) {
       attributes[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
       attributes[count].val.programmaticStreamSerializationAllowed = 1;
@@ -118,20 +122,19 @@ cudaError_t sm90_attention_blocks_per_sm(int smem_bytes, int* blocks) {
 }
 
 template <class Loader>
-cudaError_t sm90_folded_clusters(int smem_bytes, int splits, bool paired, int* clusters) {
+cudaError_t sm90_folded_clusters(int smem_bytes, int splits, int* clusters) {
   *clusters = 0;
   if constexpr (Loader::kCopiesRows) {
     return cudaSuccess;  // the copying kernel never folds
   } else {
-    auto* kernel = direct_kernel<Loader>(paired, true);
-    const int ctas = splits * (paired ? 2 : 1);
-    if (ctas > kMostFoldedClusterCtas) return cudaSuccess;
+    auto* kernel = direct_kernel<Loader>(false, true);
+    if (splits > kMostFoldedClusterCtas) return cudaSuccess;
     cudaError_t status = ensure_dynamic_smem(kernel, smem_bytes);
-    if (status == cudaSuccess) status = allow_folded_cluster(kernel, ctas);
+    if (status == cudaSuccess) status = allow_folded_cluster(kernel, splits);
     if (status != cudaSuccess) return status;
-    cudaLaunchAttribute cluster = folded_cluster(paired, static_cast<unsigned>(splits));
+    cudaLaunchAttribute cluster = cluster_of(1, static_cast<unsigned>(splits));
     cudaLaunchConfig_t config{};
-    config.gridDim = dim3(1, paired ? 2 : 1, static_cast<unsigned>(splits));
+    config.gridDim = dim3(1, 1, static_cast<unsigned>(splits));
     config.blockDim = dim3(kThreads);
     config.dynamicSmemBytes = static_cast<std::size_t>(smem_bytes);
     config.attrs = &cluster;

@@ -710,8 +710,8 @@ TEST(Sm90Plan, TensorStoresUnlessTurnedOff) {
 }
 
 // Host-only: which split launches merge their partials in their clusters
-// (LaunchFlags::fold_splits): FP8 rows, a cluster of the splits of a block (of a CTA
-// pair's two blocks where paired) of at most 16 CTAs, every cluster of the grid
+// (LaunchFlags::fold_splits): FP8 rows, unpaired blocks, a cluster of the splits of a
+// block of at most 16 CTAs, every cluster of the grid
 // resident at once (a validating context's nominal count on 132 SMs: 7 clusters of
 // 9-16 CTAs, 21 of 5, 14 of 8), at most 8 rows a CTA to merge, the switch not off.
 // Splits and head blocks as worked out in SplitsAndL2Prefetch and HeadBlockRows below.
@@ -757,15 +757,15 @@ TEST(Sm90Plan, SplitsFoldedInClusters) {
   EXPECT_FALSE(fold_for(v4, 1, 64, 16385).folded);  // 52 splits: more than a cluster holds
   EXPECT_FALSE(fold_for(v4, 128, 64, 640).folded);  // CONFIG1 b=64: unsplit
   EXPECT_FALSE(fold_for(cuda::flat_bf16_loader_kind(512), 2, 64, 640).folded);  // copied rows: never
-  // CTA pairs (forced 64-head blocks keep them): two CTAs a split, so 8 splits at most.
+  // CTA pairs (forced 64-head blocks keep them) never fold: the paired kernel has no merge.
   TuningOptions paired;
   paired.sm90_head_block_rows = 64;
   const Fold pair8 = fold_for(v4, 4, 128, 512, paired);  // 8 tiles, 16 CTAs a block allowed: 8 splits of 1
   EXPECT_EQ(pair8.splits, 8);
-  EXPECT_TRUE(pair8.folded);  // 4 clusters of 16, 8 rows a CTA
-  const Fold pair9 = fold_for(v4, 4, 128, 1152, paired);  // CONFIG2 b=2 paired: 9 splits, 18 CTAs
-  EXPECT_EQ(pair9.splits, 9);
-  EXPECT_FALSE(pair9.folded);
+  EXPECT_FALSE(pair8.folded);
+  EXPECT_TRUE(pair8.chained);
+  paired.sm90_pair_head_blocks = false;  // the same blocks unpaired: 8 clusters of 8 (14 resident), 8 rows a CTA
+  EXPECT_TRUE(fold_for(v4, 4, 128, 512, paired).folded);
 }
 
 // Host-only: how the sm90 plan splits a token's keys and which launches ask L2
