@@ -95,11 +95,12 @@ struct TuningOptions {
   // 8 stores an item instead of 32, as FlashMLA writes its output; measured no
   // faster, docs/PERF.md, session 36). 0: 16. SMLA_SM90_OUTPUT_BOX_ROWS=16|64.
   int sm90_output_box_rows = 0;
-  // sm90 kernel of FP8 rows, a split launch of unpaired blocks: the splits of a head
-  // block run as one thread-block cluster of at most 16 CTAs that merges its
-  // partials itself, so no combine kernel follows (auto or on: where the grid's
-  // clusters are all resident at once and each CTA merges at most 8 rows; off: the
-  // combine launched, as before). SMLA_SM90_FOLD_SPLITS=on|off.
+  // sm90 kernel of FP8 rows, a split launch of unpaired blocks: on, the splits of a
+  // head block run as one thread-block cluster of at most 16 CTAs that merges its
+  // partials itself, so no combine kernel follows (where the grid's clusters are all
+  // resident at once and each CTA merges at most 8 rows). Auto and off launch the
+  // combine: the fold measured no faster than it yet (docs/PERF.md, session 37).
+  // SMLA_SM90_FOLD_SPLITS=on|off.
   Switch sm90_fold_splits = Switch::kAuto;
   // cpu backend: threads an op runs on, the calling thread included; 0 = one
   // per CPU this process may run on. Results never depend on it.

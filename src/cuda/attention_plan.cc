@@ -331,8 +331,8 @@ int nominal_resident_clusters(const DeviceProperties& device, int ctas) {
 }
 
 // Whether the sm90 kernel of FP8 rows merges a split launch's partials in its
-// clusters (LaunchFlags::fold_splits): where TuningOptions::sm90_fold_splits is not
-// off, the blocks are not CTA pairs and the splits of a block make a cluster of
+// clusters (LaunchFlags::fold_splits): where TuningOptions::sm90_fold_splits is
+// on, the blocks are not CTA pairs and the splits of a block make a cluster of
 // at most kMostFoldedClusterCtas, all of the grid's clusters resident at once (the
 // device's cluster occupancy; a validating context's nominal count) and each CTA's
 // rows merged by its warps at one row each. The splits, and so the workspace, are
@@ -342,8 +342,10 @@ Status plan_folded_splits(KernelFamily family, const AttentionShape& shape, cons
   plan->flags.fold_splits = false;
   // A gated staged call has one combine for whichever of its grids ran (plan_staging).
   const bool gated = plan->staged != nullptr && plan->staged->gated;
+  // Only when asked for: against the combine kernel at its own loads, not yet faster
+  // (docs/PERF.md, session 37).
   if (family != KernelFamily::kSm90 || rows_stored_as_bf16(shape.kind) || plan->num_splits <= 1 || gated ||
-      tuning.sm90_fold_splits == TuningOptions::Switch::kOff) {
+      tuning.sm90_fold_splits != TuningOptions::Switch::kOn) {
     return Status::Ok();
   }
   // The paired kernel has no merge: its registers have no room for it.

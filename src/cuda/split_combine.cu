@@ -19,8 +19,9 @@ __global__ void __launch_bounds__(kCombineWarps * 32) split_combine_kernel(const
   const int token = static_cast<int>(blockIdx.x);
   const int head = static_cast<int>(blockIdx.y) * kCombineWarps + static_cast<int>(threadIdx.x) / 32;
   if (head >= p.num_heads) return;
+  const SplitRow splits = split_row(p, token, head);  // before the wait, under the attention grid's tail
   wait_for_prior_grid();
-  combine_split_row(p, token, head, static_cast<int>(threadIdx.x) % 32);
+  combine_split_row(p, splits, token, head, static_cast<int>(threadIdx.x) % 32);
 }
 
 }  // namespace

@@ -11,15 +11,17 @@
 
 namespace smla::cuda {
 
-// One warp merges the num_splits partials of row (token, head) into its bf16
-// output, lse and max_logits, the sink added to the denominator; each lane owns 16
-// of the 512 value columns. The partials must be visible to the warp (the grid
-// before, or the cluster's barrier); they are read from L2 (ld.global.cg), where
-// other SMs' writes land, never from a line this SM's L1 may hold.
-__device__ __forceinline__ void combine_split_row(const SparseAttentionParams& p, int token, int head, int lane) {
+// One warp merges the num_splits partials of row (token, head) (`splits`:
+// split_row(p, token, head)) into its bf16 output, lse and max_logits, the sink
+// added to the denominator; each lane owns 16 of the 512 value columns. The
+// partials must be visible to the warp: the grid before, or the cluster's barrier,
+// whose acquire orders these plain loads after the other CTAs' released writes.
+// (Loads from L2 by ld.global.cg measured 2-4 us slower in the combine kernel at
+// b = 2, docs/PERF.md, session 37.)
+__device__ __forceinline__ void combine_split_row(const SparseAttentionParams& p, const SplitRow& splits, int token,
+                                                  int head, int lane) {
   constexpr int kSplitsInFlight = 4;
   constexpr unsigned kFullMask = 0xFFFFFFFFu;
-  const SplitRow splits = split_row(p, token, head);
 
   // Split s holds the raw max m_s, the sum l_s of exp2((s - m_s) * scale_log2) and,
   // where l_s != 0, out_s = its accumulator / l_s. With M the largest m_s of the
@@ -35,8 +37,8 @@ __device__ __forceinline__ void combine_split_row(const SparseAttentionParams& p
   for (int j = 0; j < 2; ++j) {
     const int s = lane + 32 * j;
     const bool present = s < p.num_splits;
-    l[j] = present ? __ldcg(p.partial_sum + splits.at(s)) : 0.0f;
-    m_split[j] = present ? __ldcg(p.partial_max + splits.at(s)) : -INFINITY;
+    l[j] = present ? p.partial_sum[splits.at(s)] : 0.0f;
+    m_split[j] = present ? p.partial_max[splits.at(s)] : -INFINITY;
   }
   const unsigned live[2] = {__ballot_sync(kFullMask, l[0] != 0.0f), __ballot_sync(kFullMask, l[1] != 0.0f)};
   std::uint16_t* out = p.out + token * p.stride_out_t + head * p.stride_out_h;
@@ -67,7 +69,7 @@ __device__ __forceinline__ void combine_split_row(const SparseAttentionParams& p
       w[g] = attended ? lane_weight : 0.0f;
       const float4* part = reinterpret_cast<const float4*>(p.partial_out + splits.at(s) * kValueDim);
 #pragma unroll
-      for (int i = 0; i < 4; ++i) v[g][i] = attended ? __ldcg(part + lane + 32 * i) : float4{};
+      for (int i = 0; i < 4; ++i) v[g][i] = attended ? part[lane + 32 * i] : float4{};
     }
 #pragma unroll
     for (int g = 0; g < kSplitsInFlight; ++g) {

@@ -856,7 +856,9 @@ __device__ __forceinline__ void fold_cluster_splits(const SparseAttentionParams&
   if (warp >= kMergingWarps) return;
   const HeadBlockRows rows = block_rows(p, token, head0);
   for (int row = split + p.num_splits * warp; row < p.head_block_rows; row += p.num_splits * kMergingWarps) {
-    if (rows.live(row)) combine_split_row(p, rows.token(row), rows.head(row), thread % 32);
+    if (rows.live(row)) {
+      combine_split_row(p, split_row(p, rows.token(row), rows.head(row)), rows.token(row), rows.head(row), thread % 32);
+    }
   }
 }
 

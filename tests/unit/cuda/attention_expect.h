@@ -96,11 +96,10 @@ inline std::vector<KernelChoice> kernel_choices(Op op, std::int64_t heads) {
       TuningOptions small_blocks = tuning;
       small_blocks.sm90_head_block_rows = 16;
       choices.push_back({"cuda.sm90 with 16-head blocks", small_blocks});
-      // By default a split launch of FP8 rows merges its partials in its clusters; off,
-      // the combine kernel follows it.
-      TuningOptions combine = tuning;
-      combine.sm90_fold_splits = TuningOptions::Switch::kOff;
-      choices.push_back({"cuda.sm90 with the split combine launched", combine});
+      // A split launch of FP8 rows merging its partials in its clusters (no combine kernel).
+      TuningOptions fold = tuning;
+      fold.sm90_fold_splits = TuningOptions::Switch::kOn;
+      choices.push_back({"cuda.sm90 with splits merged in their cluster", fold});
     } else {
       choices.push_back(sm90_on_persistent_ctas(3));
       // The copying kernel's outputs staged through the Q tile (by default, d 512 rows'

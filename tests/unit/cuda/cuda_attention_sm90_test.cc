@@ -713,19 +713,24 @@ TEST(Sm90Plan, TensorStoresUnlessTurnedOff) {
 // (LaunchFlags::fold_splits): FP8 rows, unpaired blocks, a cluster of the splits of a
 // block of at most 16 CTAs, every cluster of the grid
 // resident at once (a validating context's nominal count on 132 SMs: 7 clusters of
-// 9-16 CTAs, 21 of 5, 14 of 8), at most 8 rows a CTA to merge, the switch not off.
+// 9-16 CTAs, 21 of 5, 14 of 8), at most 8 rows a CTA to merge, the switch on.
 // Splits and head blocks as worked out in SplitsAndL2Prefetch and HeadBlockRows below.
 TEST(Sm90Plan, SplitsFoldedInClusters) {
   struct Fold {
     bool folded, chained;
     int splits, rows;
   };
-  auto fold_for = [&](cuda::LoaderKind kind, std::int64_t tokens, std::int64_t heads, std::int64_t keys,
-                      TuningOptions tuning = {}) {
+  TuningOptions on;
+  on.sm90_fold_splits = TuningOptions::Switch::kOn;
+  auto fold_with = [&](const TuningOptions& tuning, cuda::LoaderKind kind, std::int64_t tokens, std::int64_t heads,
+                       std::int64_t keys) {
     auto plan = nominal_sm90_plan(kind, tokens, heads, keys, tuning, true);
     EXPECT_TRUE(plan.ok()) << plan.status().to_string();
     return plan.ok() ? Fold{plan->flags.fold_splits, plan->chain_combine, plan->num_splits, plan->head_block_rows}
                      : Fold{false, false, -1, -1};
+  };
+  auto fold_for = [&](cuda::LoaderKind kind, std::int64_t tokens, std::int64_t heads, std::int64_t keys) {
+    return fold_with(on, kind, tokens, heads, keys);
   };
   const cuda::LoaderKind v4 = cuda::loader_kind(KvFormat::kV4Fp8);
   const cuda::LoaderKind v32 = cuda::loader_kind(KvFormat::kV32Fp8);
@@ -745,27 +750,27 @@ TEST(Sm90Plan, SplitsFoldedInClusters) {
   EXPECT_EQ(rows13.splits, 5);
   EXPECT_EQ(rows13.rows, 64);
   EXPECT_FALSE(rows13.folded);
-  TuningOptions off;
-  off.sm90_fold_splits = TuningOptions::Switch::kOff;
-  const Fold launched = fold_for(v4, 2, 64, 640, off);
-  EXPECT_FALSE(launched.folded);
-  EXPECT_TRUE(launched.chained);
-  EXPECT_EQ(launched.splits, 10);  // the same splits either way
-  TuningOptions on;
-  on.sm90_fold_splits = TuningOptions::Switch::kOn;
-  EXPECT_TRUE(fold_for(v4, 2, 64, 640, on).folded);
+  // Only when asked for: auto and off launch the combine, on the same splits.
+  for (auto setting : {TuningOptions::Switch::kAuto, TuningOptions::Switch::kOff}) {
+    TuningOptions tuning;
+    tuning.sm90_fold_splits = setting;
+    const Fold launched = fold_with(tuning, v4, 2, 64, 640);
+    EXPECT_FALSE(launched.folded);
+    EXPECT_TRUE(launched.chained);
+    EXPECT_EQ(launched.splits, 10);
+  }
   EXPECT_FALSE(fold_for(v4, 1, 64, 16385).folded);  // 52 splits: more than a cluster holds
   EXPECT_FALSE(fold_for(v4, 128, 64, 640).folded);  // CONFIG1 b=64: unsplit
   EXPECT_FALSE(fold_for(cuda::flat_bf16_loader_kind(512), 2, 64, 640).folded);  // copied rows: never
   // CTA pairs (forced 64-head blocks keep them) never fold: the paired kernel has no merge.
-  TuningOptions paired;
+  TuningOptions paired = on;
   paired.sm90_head_block_rows = 64;
-  const Fold pair8 = fold_for(v4, 4, 128, 512, paired);  // 8 tiles, 16 CTAs a block allowed: 8 splits of 1
+  const Fold pair8 = fold_with(paired, v4, 4, 128, 512);  // 8 tiles, 16 CTAs a block allowed: 8 splits of 1
   EXPECT_EQ(pair8.splits, 8);
   EXPECT_FALSE(pair8.folded);
   EXPECT_TRUE(pair8.chained);
   paired.sm90_pair_head_blocks = false;  // the same blocks unpaired: 8 clusters of 8 (14 resident), 8 rows a CTA
-  EXPECT_TRUE(fold_for(v4, 4, 128, 512, paired).folded);
+  EXPECT_TRUE(fold_with(paired, v4, 4, 128, 512).folded);
 }
 
 // Host-only: how the sm90 plan splits a token's keys and which launches ask L2
