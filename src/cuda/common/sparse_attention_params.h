@@ -49,11 +49,11 @@ struct SparseAttentionParams {
   int kv_stages = 1;  // 1..kMaxKvStages raw KV tile buffers; the dynamic shared memory holds that many
   int k_buffers = 1;  // 1 or 2 expanded K tiles in shared memory (2: expansion overlaps P V)
   bool prefetch_rows = false;  // sm90 kernel: ask L2 for rows a few tiles ahead (CTAs of few keys)
-  // sm90 FP8 kernel: the splits of a (token, head block), or of a CTA pair, run as
-  // one cluster that merges their partials after the cluster's barrier (no combine
-  // launch); set by the launch (LaunchFlags::fold_splits). Kept in the padding
-  // before stride_sink: past 896 bytes the parameters cost every small launch 3-5
-  // us (docs/PERF.md, session 37).
+  // sm90 FP8 kernel, unpaired: the splits of a (token, head block) run as one
+  // cluster that merges their partials after the cluster's barrier (no combine
+  // launch); set by the launch (LaunchFlags::fold_splits). In the padding before
+  // stride_sink, so the struct stays 896 bytes (after partial_max it made 1024,
+  // which measured no slower, docs/PERF.md, session 37).
   bool fold_splits = false;
   const float* sink = nullptr;  // [h_q] natural-log units, may be nullptr (= -inf)
   std::int64_t stride_sink = 1;
