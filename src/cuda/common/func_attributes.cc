@@ -2,36 +2,35 @@
 
 #include <map>
 #include <mutex>
-#include <set>
-#include <utility>
+#include <tuple>
 
 namespace smla::cuda {
+namespace {
 
-cudaError_t ensure_dynamic_smem(const void* kernel, int bytes) {
+// cudaFuncSetAttribute(kernel, attribute, value) on the current device unless an
+// earlier call there already set at least `value` (or `value` is 0, the unset default).
+cudaError_t raise_func_attribute(const void* kernel, cudaFuncAttribute attribute, int value) {
   int device = 0;
   cudaError_t status = cudaGetDevice(&device);
   if (status != cudaSuccess) return status;
   static std::mutex mutex;
-  static std::map<std::pair<const void*, int>, int> allowed;  // (kernel, device) -> bytes set
+  static std::map<std::tuple<const void*, int, cudaFuncAttribute>, int> set_values;
   std::lock_guard<std::mutex> lock(mutex);
-  int& limit = allowed[{kernel, device}];
-  if (limit >= bytes) return cudaSuccess;
-  status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-  if (status == cudaSuccess) limit = bytes;
+  int& set_value = set_values[{kernel, device, attribute}];
+  if (set_value >= value) return cudaSuccess;
+  status = cudaFuncSetAttribute(kernel, attribute, value);
+  if (status == cudaSuccess) set_value = value;
   return status;
 }
 
+}  // namespace
+
+cudaError_t ensure_dynamic_smem(const void* kernel, int bytes) {
+  return raise_func_attribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+}
+
 cudaError_t ensure_large_clusters(const void* kernel) {
-  int device = 0;
-  cudaError_t status = cudaGetDevice(&device);
-  if (status != cudaSuccess) return status;
-  static std::mutex mutex;
-  static std::set<std::pair<const void*, int>> allowed;  // (kernel, device) set
-  std::lock_guard<std::mutex> lock(mutex);
-  if (allowed.count({kernel, device}) != 0) return cudaSuccess;
-  status = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-  if (status == cudaSuccess) allowed.insert({kernel, device});
-  return status;
+  return raise_func_attribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
 }
 
 }  // namespace smla::cuda

@@ -843,17 +843,13 @@ __device__ __forceinline__ void run_value_warpgroup(const SparseAttentionParams&
 }
 
 // Where the launch folds the combine (SparseAttentionParams::fold_splits; unpaired
-// CTAs only), the cluster's CTAs are the splits of one (token, head block). Once
-// each has written its partials (every thread's arrival releases its writes,
-// the wait acquires the others'), CTA `split` merges rows split, split +
-// num_splits, ... of its block, a consumer warp a row; the producer warps arrive
-// and leave.
-__device__ __forceinline__ void fold_cluster_splits(const SparseAttentionParams& p, int token, int head0, int split,
-                                                    int thread) {
-  cluster_sync();
+// CTAs only), the cluster's CTAs are the splits of one (token, head block). After
+// the cluster's barrier, CTA `split` merges rows split, split + num_splits, ... of
+// its block, one a consumer warp (`thread` < kConsumerThreads).
+__device__ __forceinline__ void merge_cluster_rows(const SparseAttentionParams& p, int token, int head0, int split,
+                                                   int thread) {
   constexpr int kMergingWarps = kConsumerThreads / 32;
   const int warp = thread / 32;
-  if (warp >= kMergingWarps) return;
   const HeadBlockRows rows = block_rows(p, token, head0);
   for (int row = split + p.num_splits * warp; row < p.head_block_rows; row += p.num_splits * kMergingWarps) {
     if (rows.live(row)) {
@@ -956,13 +952,11 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_attention_kernel(const __gri
   }
   // One merge for both paths (each inlined copy of it is 14 KB of kernel code); none
   // in the paired kernel, whose registers have no room for it (20 bytes spilled).
-  // The producers only arrive: the merge runs on the consumers' registers.
+  // Every thread's arrival releases its partials, the wait acquires the others';
+  // the producers then leave: the merge runs on the consumers' registers.
   if (!kPair && p.fold_splits) {
-    if (warpgroup == 2) {
-      cluster_sync();
-    } else {
-      fold_cluster_splits(p, token, head0, split, tid);
-    }
+    cluster_sync();
+    if (warpgroup != 2) merge_cluster_rows(p, token, head0, split, tid);
   }
   // No CTA leaves while its peer may still reach into it. Each consumer warp's
   // arrivals on the peer's kPeerEmpty are waited for by the peer's producer before

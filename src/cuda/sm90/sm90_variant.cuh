@@ -113,7 +113,7 @@ cudaError_t sm90_attention_blocks_per_sm(int smem_bytes, int* blocks) {
     if constexpr (Loader::kCopiesRows) {
       return sm90_alternating_kernel<Loader, true>;
     } else {
-      return sm90_attention_kernel<Loader, true, false>;
+      return direct_kernel<Loader>(false, true);
     }
   }();
   const cudaError_t status = ensure_dynamic_smem(kernel, smem_bytes);
