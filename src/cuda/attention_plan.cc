@@ -349,8 +349,10 @@ Status plan_folded_splits(KernelFamily family, const AttentionShape& shape, cons
     return Status::Ok();
   }
   // The paired kernel has no merge: its registers have no room for it.
-  const bool paired = plan->flags.pair_head_blocks && plan->head_blocks == 2 && plan->head_block_rows == kMaxTileRows;
-  if (paired || plan->num_splits > kMostFoldedClusterCtas) return Status::Ok();
+  if (runs_as_pairs(plan->flags, plan->head_blocks, plan->head_block_rows) ||
+      plan->num_splits > kMostFoldedClusterCtas) {
+    return Status::Ok();
+  }
   int resident = nominal_resident_clusters(device, plan->num_splits);
   if (occupancy == Occupancy::kQueryDevice) {
     const cudaError_t error = plan->variant.folded_clusters(plan->smem_bytes, plan->num_splits, &resident);

@@ -49,14 +49,16 @@ constexpr bool stores_bf16(KvFormatList<Rows...>, LoaderKind kind) {
 constexpr bool rows_stored_as_bf16(LoaderKind kind) { return stores_bf16(KernelRows{}, kind); }
 static_assert(rows_stored_as_bf16(loader_kind(KvFormat::kBf16Rows)) && !rows_stored_as_bf16(loader_kind(KvFormat::kV4Fp8)));
 
-// Launch-time choices of the sm90 kernel (TuningOptions); the portable kernel has none.
 // The largest thread-block cluster a launch may fold its splits into: 16 CTAs on
 // Hopper (above 8 with the non-portable size attribute).
 inline constexpr int kMostFoldedClusterCtas = 16;
 // The warps of a folding CTA that merge its rows, one row each at a time (the sm90
 // kernel's two consumer warpgroups).
 inline constexpr int kFoldMergingWarps = 8;
+// The heads of each block of a CTA pair: the sm90 kernel's whole 64-row tile.
+inline constexpr int kPairedBlockRows = 64;
 
+// Launch-time choices of the sm90 kernel (TuningOptions); the portable kernel has none.
 struct LaunchFlags {
   bool pair_head_blocks = true;  // h_q 65..128: the two head blocks of a token as a CTA pair
   bool token_major = true;       // a token's head blocks start together
@@ -75,6 +77,12 @@ struct LaunchFlags {
   // no combine launch follows.
   bool fold_splits = false;
 };
+
+// Whether the sm90 FP8 kernel runs a token's head blocks as a CTA pair: asked for,
+// two blocks a token, each of kPairedBlockRows heads (the plan and the launch alike).
+inline bool runs_as_pairs(const LaunchFlags& flags, int head_blocks, int head_block_rows) {
+  return flags.pair_head_blocks && head_blocks == 2 && head_block_rows == kPairedBlockRows;
+}
 
 struct AttentionVariant {
   int rows = 0;              // query heads per CTA (16, 32 or 64)

@@ -852,9 +852,10 @@ __device__ __forceinline__ void merge_cluster_rows(const SparseAttentionParams& 
   const int warp = thread / 32;
   const HeadBlockRows rows = block_rows(p, token, head0);
   for (int row = split + p.num_splits * warp; row < p.head_block_rows; row += p.num_splits * kMergingWarps) {
-    if (rows.live(row)) {
-      combine_split_row(p, split_row(p, rows.token(row), rows.head(row)), rows.token(row), rows.head(row), thread % 32);
-    }
+    if (!rows.live(row)) continue;
+    const int token_of_row = rows.token(row);
+    const int head = rows.head(row);
+    combine_split_row(p, split_row(p, token_of_row, head), token_of_row, head, thread % 32);
   }
 }
 

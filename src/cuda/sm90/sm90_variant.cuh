@@ -15,6 +15,7 @@ namespace smla::cuda::sm90 {
 
 inline constexpr int kMostPortableClusterCtas = 8;
 static_assert(kConsumerThreads / 32 == kFoldMergingWarps, "the plan counts on a row a consumer warp");
+static_assert(kRows == kPairedBlockRows, "a pair's blocks are whole tiles");
 
 // The cluster of a launch: a token's two head blocks (a CTA pair, 1 x 2 x 1) or a
 // block's splits merged in their cluster (1 x 1 x splits).
@@ -76,7 +77,7 @@ cudaError_t launch_sm90_attention(const SparseAttentionParams& caller_params, di
     return trace_dump_after(cudaGetLastError(), ctas, true, stream);
   } else {
     // The two head blocks of an h_q 65..128 token run as a CTA pair that shares the expansion.
-    const bool paired = grid.y == 2 && flags.pair_head_blocks && block_rows == kRows;
+    const bool paired = runs_as_pairs(flags, static_cast<int>(grid.y), block_rows);
     auto* kernel = direct_kernel<Loader>(paired, flags.token_major);
     cudaError_t status = ensure_dynamic_smem(kernel, smem_bytes);
     if (status != cudaSuccess) return status;
