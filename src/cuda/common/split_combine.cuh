@@ -13,14 +13,15 @@ namespace smla::cuda {
 
 // One warp merges the num_splits partials of row (token, head) (`splits`:
 // split_row(p, token, head)) into its bf16 output, lse and max_logits, the sink
-// added to the denominator; each lane owns 16 of the 512 value columns. The
-// partials must be visible to the warp: the grid before, or the cluster's barrier,
-// whose acquire orders these plain loads after the other CTAs' released writes.
-// (Loads from L2 by ld.global.cg measured 2-4 us slower in the combine kernel at
-// b = 2, docs/PERF.md, session 37.)
+// added to the denominator; each lane owns 16 of the 512 value columns, and the
+// partials of kSplitsInFlight splits are in flight at once (16 registers a split).
+// The partials must be visible to the warp: the grid before, or the cluster's
+// barrier, whose acquire orders these plain loads after the other CTAs' released
+// writes. (Loads from L2 by ld.global.cg measured 2-4 us slower in the combine
+// kernel at b = 2, docs/PERF.md, session 37.)
+template <int kSplitsInFlight>
 __device__ __forceinline__ void combine_split_row(const SparseAttentionParams& p, const SplitRow& splits, int token,
                                                   int head, int lane) {
-  constexpr int kSplitsInFlight = 4;
   constexpr unsigned kFullMask = 0xFFFFFFFFu;
 
   // Split s holds the raw max m_s, the sum l_s of exp2((s - m_s) * scale_log2) and,

@@ -846,6 +846,9 @@ __device__ __forceinline__ void run_value_warpgroup(const SparseAttentionParams&
 // CTAs only), the cluster's CTAs are the splits of one (token, head block). After
 // the cluster's barrier, CTA `split` merges rows split, split + num_splits, ... of
 // its block, one a consumer warp (`thread` < kConsumerThreads).
+// Splits a merging warp has in flight: the kernel's 168 registers a thread hold 4.
+inline constexpr int kFoldSplitsInFlight = 4;
+
 __device__ __forceinline__ void merge_cluster_rows(const SparseAttentionParams& p, int token, int head0, int split,
                                                    int thread) {
   constexpr int kMergingWarps = kConsumerThreads / 32;
@@ -855,7 +858,7 @@ __device__ __forceinline__ void merge_cluster_rows(const SparseAttentionParams& 
     if (!rows.live(row)) continue;
     const int token_of_row = rows.token(row);
     const int head = rows.head(row);
-    combine_split_row(p, split_row(p, token_of_row, head), token_of_row, head, thread % 32);
+    combine_split_row<kFoldSplitsInFlight>(p, split_row(p, token_of_row, head), token_of_row, head, thread % 32);
   }
 }
 
