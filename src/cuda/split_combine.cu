@@ -14,12 +14,13 @@ namespace smla::cuda {
 namespace {
 
 constexpr int kCombineWarps = 4;  // 4 heads a CTA: small batches spread over more SMs (docs/PERF.md)
-// Splits whose partials a warp has in flight at once (200 registers at 8).
-constexpr int kCombineSplitsInFlight = 8;
+// Splits whose partials a warp has in flight at once: 144 registers at 4; 8 (209
+// registers) measured 4-13% slower at b = 2 (docs/PERF.md, session 38).
+constexpr int kCombineSplitsInFlight = 4;
 
 // One CTA an SM at least, so that ptxas keeps a group's loads in flight together:
 // left to aim at more CTAs an SM, it issued them one split at a time, each consumed
-// by its FMAs before the next (80 registers instead of 127 at 4 splits in flight),
+// by its FMAs before the next (80 registers instead of 144),
 // and the kernel measured 2-3.5 us slower at b = 2 (docs/PERF.md, session 38).
 __global__ void __launch_bounds__(kCombineWarps * 32, 1) split_combine_kernel(const __grid_constant__ SparseAttentionParams p) {
   const int token = static_cast<int>(blockIdx.x);
