@@ -99,7 +99,7 @@ struct TuningOptions {
   // head block run as one thread-block cluster of at most 16 CTAs that merges its
   // partials itself, so no combine kernel follows (where the grid's clusters are all
   // resident at once and each CTA merges at most 8 rows). Auto and off launch the
-  // combine: the fold measured no faster than it yet (docs/PERF.md, session 37).
+  // combine: the fold measured 0.96-1.08x of it (docs/PERF.md, session 38).
   // SMLA_SM90_FOLD_SPLITS=on|off.
   Switch sm90_fold_splits = Switch::kAuto;
   // cpu backend: threads an op runs on, the calling thread included; 0 = one

@@ -342,8 +342,8 @@ Status plan_folded_splits(KernelFamily family, const AttentionShape& shape, cons
   plan->flags.fold_splits = false;
   // A gated staged call has one combine for whichever of its grids ran (plan_staging).
   const bool gated = plan->staged != nullptr && plan->staged->gated;
-  // Only when asked for: against the combine kernel at its own loads, not yet faster
-  // (docs/PERF.md, session 37).
+  // Only when asked for: against the combine kernel it measured 0.96-1.08x
+  // (docs/PERF.md, session 38).
   if (family != KernelFamily::kSm90 || rows_stored_as_bf16(shape.kind) || plan->num_splits <= 1 || gated ||
       tuning.sm90_fold_splits != TuningOptions::Switch::kOn) {
     return Status::Ok();
