@@ -364,7 +364,7 @@ Status plan_folded_splits(KernelFamily family, const AttentionShape& shape, cons
   // A CTA's merge in one round of its warps: two rounds measured 4-6% slower than
   // the combine launch (64-head blocks of 5 splits), one 0-10% faster.
   const std::int64_t live_rows = std::min<std::int64_t>(plan->head_block_rows, shape.num_heads);
-  const bool one_round = (live_rows + plan->num_splits - 1) / plan->num_splits <= kFoldMergingWarps;
+  const bool one_round = (live_rows + plan->num_splits - 1) / plan->num_splits <= kFoldRowsARound;
   plan->flags.fold_splits = resident > 0 && clusters <= resident && one_round;
   return Status::Ok();
 }

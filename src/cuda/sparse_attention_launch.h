@@ -52,9 +52,12 @@ static_assert(rows_stored_as_bf16(loader_kind(KvFormat::kBf16Rows)) && !rows_sto
 // The largest thread-block cluster a launch may fold its splits into: 16 CTAs on
 // Hopper (above 8 with the non-portable size attribute).
 inline constexpr int kMostFoldedClusterCtas = 16;
-// The warps of a folding CTA that merge its rows, one row each at a time (the sm90
-// kernel's two consumer warpgroups).
+// The warps of a folding CTA that merge its rows (the sm90 kernel's two consumer
+// warpgroups), kFoldWarpsARow to a row, each merging its share of the columns: so
+// kFoldRowsARound rows at a time.
 inline constexpr int kFoldMergingWarps = 8;
+inline constexpr int kFoldWarpsARow = 2;
+inline constexpr int kFoldRowsARound = kFoldMergingWarps / kFoldWarpsARow;
 // The heads of each block of a CTA pair: the sm90 kernel's whole 64-row tile.
 inline constexpr int kPairedBlockRows = 64;
 

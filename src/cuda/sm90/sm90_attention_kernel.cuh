@@ -842,23 +842,24 @@ __device__ __forceinline__ void run_value_warpgroup(const SparseAttentionParams&
   if (thread == 0) trace(kTraceValueDone);
 }
 
+// Splits a merging lane has in flight (half a row's columns a warp: 8 registers a split).
+inline constexpr int kFoldSplitsInFlight = 8;
+
 // Where the launch folds the combine (SparseAttentionParams::fold_splits; unpaired
 // CTAs only), the cluster's CTAs are the splits of one (token, head block). After
 // the cluster's barrier, CTA `split` merges rows split, split + num_splits, ... of
-// its block, one a consumer warp (`thread` < kConsumerThreads).
-// Splits a merging warp has in flight: the kernel's 168 registers a thread hold 4.
-inline constexpr int kFoldSplitsInFlight = 4;
-
+// its block, kFoldWarpsARow consumer warps to a row (`thread` < kConsumerThreads).
 __device__ __forceinline__ void merge_cluster_rows(const SparseAttentionParams& p, int token, int head0, int split,
                                                    int thread) {
-  constexpr int kMergingWarps = kConsumerThreads / 32;
   const int warp = thread / 32;
   const HeadBlockRows rows = block_rows(p, token, head0);
-  for (int row = split + p.num_splits * warp; row < p.head_block_rows; row += p.num_splits * kMergingWarps) {
+  for (int row = split + p.num_splits * (warp / kFoldWarpsARow); row < p.head_block_rows;
+       row += p.num_splits * kFoldRowsARound) {
     if (!rows.live(row)) continue;
     const int token_of_row = rows.token(row);
     const int head = rows.head(row);
-    combine_split_row<kFoldSplitsInFlight>(p, split_row(p, token_of_row, head), token_of_row, head, thread % 32);
+    combine_split_row<kFoldSplitsInFlight, kFoldWarpsARow>(p, split_row(p, token_of_row, head), token_of_row, head,
+                                                            thread % 32, warp % kFoldWarpsARow);
   }
 }
 

@@ -14,7 +14,7 @@
 namespace smla::cuda::sm90 {
 
 inline constexpr int kMostPortableClusterCtas = 8;
-static_assert(kConsumerThreads / 32 == kFoldMergingWarps, "the plan counts on a row a consumer warp");
+static_assert(kConsumerThreads / 32 == kFoldMergingWarps, "the plan counts on the consumer warps merging");
 static_assert(kRows == kPairedBlockRows, "a pair's blocks are whole tiles");
 
 // The cluster of a launch: a token's two head blocks (a CTA pair, 1 x 2 x 1) or a

@@ -713,7 +713,7 @@ TEST(Sm90Plan, TensorStoresUnlessTurnedOff) {
 // (LaunchFlags::fold_splits): FP8 rows, unpaired blocks, a cluster of the splits of a
 // block of at most 16 CTAs, every cluster of the grid
 // resident at once (a validating context's nominal count on 132 SMs: 7 clusters of
-// 9-16 CTAs, 21 of 5, 14 of 8), at most 8 rows a CTA to merge, the switch on.
+// 9-16 CTAs, 21 of 5, 14 of 8), at most 4 rows a CTA to merge (two warps a row), the switch on.
 // Splits and head blocks as worked out in SplitsAndL2Prefetch and HeadBlockRows below.
 TEST(Sm90Plan, SplitsFoldedInClusters) {
   struct Fold {
@@ -769,8 +769,8 @@ TEST(Sm90Plan, SplitsFoldedInClusters) {
   EXPECT_EQ(pair8.splits, 8);
   EXPECT_FALSE(pair8.folded);
   EXPECT_TRUE(pair8.chained);
-  paired.sm90_pair_head_blocks = false;  // the same blocks unpaired: 8 clusters of 8 (14 resident), 8 rows a CTA
-  EXPECT_TRUE(fold_with(paired, v4, 4, 128, 512).folded);
+  paired.sm90_pair_head_blocks = false;  // the same blocks unpaired: 8 clusters of 8 (14 resident), but 8 rows a CTA
+  EXPECT_FALSE(fold_with(paired, v4, 4, 128, 512).folded);
 }
 
 // Host-only: how the sm90 plan splits a token's keys and which launches ask L2
