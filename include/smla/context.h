@@ -98,8 +98,9 @@ struct TuningOptions {
   // sm90 kernel of FP8 rows, a split launch of unpaired blocks: on, the splits of a
   // head block run as one thread-block cluster of at most 16 CTAs that merges its
   // partials itself, so no combine kernel follows (where the grid's clusters are all
-  // resident at once and each CTA merges at most 8 rows). Auto and off launch the
-  // combine: the fold measured 0.96-1.08x of it (docs/PERF.md, session 38).
+  // resident at once and each CTA merges at most 4 rows). Auto means on (0.89-1.005x
+  // of the combine's time where it applies, docs/PERF.md, session 38); off launches
+  // the combine kernel.
   // SMLA_SM90_FOLD_SPLITS=on|off.
   Switch sm90_fold_splits = Switch::kAuto;
   // cpu backend: threads an op runs on, the calling thread included; 0 = one

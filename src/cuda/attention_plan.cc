@@ -331,21 +331,21 @@ int nominal_resident_clusters(const DeviceProperties& device, int ctas) {
 }
 
 // Whether the sm90 kernel of FP8 rows merges a split launch's partials in its
-// clusters (LaunchFlags::fold_splits): where TuningOptions::sm90_fold_splits is
-// on, the blocks are not CTA pairs and the splits of a block make a cluster of
-// at most kMostFoldedClusterCtas, all of the grid's clusters resident at once (the
+// clusters (LaunchFlags::fold_splits): unless TuningOptions::sm90_fold_splits is
+// off, where the blocks are not CTA pairs and the splits of a block make a cluster
+// of at most kMostFoldedClusterCtas, all of the grid's clusters resident at once (the
 // device's cluster occupancy; a validating context's nominal count) and each CTA's
-// rows merged by its warps at one row each. The splits, and so the workspace, are
+// rows merged by its warps in one round (kFoldRowsARound). The splits, and so the workspace, are
 // the same either way.
 Status plan_folded_splits(KernelFamily family, const AttentionShape& shape, const DeviceProperties& device,
                           const TuningOptions& tuning, Occupancy occupancy, AttentionPlan* plan) {
   plan->flags.fold_splits = false;
   // A gated staged call has one combine for whichever of its grids ran (plan_staging).
   const bool gated = plan->staged != nullptr && plan->staged->gated;
-  // Only when asked for: against the combine kernel it measured 0.96-1.08x
-  // (docs/PERF.md, session 38).
+  // Unless switched off: where it applies it measured 0.89-1.005x of the combine
+  // kernel (docs/PERF.md, session 38).
   if (family != KernelFamily::kSm90 || rows_stored_as_bf16(shape.kind) || plan->num_splits <= 1 || gated ||
-      tuning.sm90_fold_splits != TuningOptions::Switch::kOn) {
+      tuning.sm90_fold_splits == TuningOptions::Switch::kOff) {
     return Status::Ok();
   }
   // The paired kernel has no merge: its registers have no room for it.

@@ -96,10 +96,12 @@ inline std::vector<KernelChoice> kernel_choices(Op op, std::int64_t heads) {
       TuningOptions small_blocks = tuning;
       small_blocks.sm90_head_block_rows = 16;
       choices.push_back({"cuda.sm90 with 16-head blocks", small_blocks});
-      // A split launch of FP8 rows merging its partials in its clusters (no combine kernel).
-      TuningOptions fold = tuning;
-      fold.sm90_fold_splits = TuningOptions::Switch::kOn;
-      choices.push_back({"cuda.sm90 with splits merged in their cluster", fold});
+      // Split launches of FP8 rows that the plan folds by default (the splits of a block
+      // merged in their cluster, TuningOptions::sm90_fold_splits) merged by the combine
+      // kernel instead.
+      TuningOptions combined = tuning;
+      combined.sm90_fold_splits = TuningOptions::Switch::kOff;
+      choices.push_back({"cuda.sm90 with splits merged by the combine kernel", combined});
     } else {
       choices.push_back(sm90_on_persistent_ctas(3));
       // The copying kernel's outputs staged through the Q tile (by default, d 512 rows'

@@ -713,7 +713,7 @@ TEST(Sm90Plan, TensorStoresUnlessTurnedOff) {
 // (LaunchFlags::fold_splits): FP8 rows, unpaired blocks, a cluster of the splits of a
 // block of at most 16 CTAs, every cluster of the grid
 // resident at once (a validating context's nominal count on 132 SMs: 7 clusters of
-// 9-16 CTAs, 21 of 5, 14 of 8), at most 4 rows a CTA to merge (two warps a row), the switch on.
+// 9-16 CTAs, 21 of 5, 14 of 8), at most 4 rows a CTA to merge (two warps a row), the switch not off.
 // Splits and head blocks as worked out in SplitsAndL2Prefetch and HeadBlockRows below.
 TEST(Sm90Plan, SplitsFoldedInClusters) {
   struct Fold {
@@ -750,15 +750,14 @@ TEST(Sm90Plan, SplitsFoldedInClusters) {
   EXPECT_EQ(rows13.splits, 5);
   EXPECT_EQ(rows13.rows, 64);
   EXPECT_FALSE(rows13.folded);
-  // Only when asked for: auto and off launch the combine, on the same splits.
-  for (auto setting : {TuningOptions::Switch::kAuto, TuningOptions::Switch::kOff}) {
-    TuningOptions tuning;
-    tuning.sm90_fold_splits = setting;
-    const Fold launched = fold_with(tuning, v4, 2, 64, 640);
-    EXPECT_FALSE(launched.folded);
-    EXPECT_TRUE(launched.chained);
-    EXPECT_EQ(launched.splits, 10);
-  }
+  // Auto means on; off launches the combine, on the same splits.
+  EXPECT_TRUE(fold_with(TuningOptions{}, v4, 2, 64, 640).folded);
+  TuningOptions off;
+  off.sm90_fold_splits = TuningOptions::Switch::kOff;
+  const Fold launched = fold_with(off, v4, 2, 64, 640);
+  EXPECT_FALSE(launched.folded);
+  EXPECT_TRUE(launched.chained);
+  EXPECT_EQ(launched.splits, 10);
   EXPECT_FALSE(fold_for(v4, 1, 64, 16385).folded);  // 52 splits: more than a cluster holds
   EXPECT_FALSE(fold_for(v4, 128, 64, 640).folded);  // CONFIG1 b=64: unsplit
   EXPECT_FALSE(fold_for(cuda::flat_bf16_loader_kind(512), 2, 64, 640).folded);  // copied rows: never
