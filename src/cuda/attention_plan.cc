@@ -361,8 +361,9 @@ Status plan_folded_splits(KernelFamily family, const AttentionShape& shape, cons
   // Clusters past one wave wait for a whole cluster's SMs to free up (CONFIG1 b = 2: 8 clusters
   // of 10, 39% slower than the combine launch, docs/PERF.md, session 36).
   const std::int64_t clusters = shape.num_tokens * plan->head_blocks;
-  // A CTA's merge in one round of its warps: two rounds measured 4-6% slower than
-  // the combine launch (64-head blocks of 5 splits), one 0-10% faster.
+  // A CTA's merge in one round of its warps, two to a row: with one warp a row, two
+  // rounds measured 4-6% slower than the combine launch (64-head blocks of 5 splits,
+  // docs/PERF.md, session 37); one round of two-warp rows 0-11% faster (session 38).
   const std::int64_t live_rows = std::min<std::int64_t>(plan->head_block_rows, shape.num_heads);
   const bool one_round = (live_rows + plan->num_splits - 1) / plan->num_splits <= kFoldRowsARound;
   plan->flags.fold_splits = resident > 0 && clusters <= resident && one_round;

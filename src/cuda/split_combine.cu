@@ -18,8 +18,9 @@ constexpr int kCombineHeads = 4;  // 4 heads a CTA: small batches spread over mo
 // per lane for the same registers.
 constexpr int kCombineColumnParts = 2;
 constexpr int kCombineThreads = kCombineHeads * kCombineColumnParts * 32;
-// Splits whose partials a lane has in flight at once. One warp a head: 144 registers
-// at 4; 8 (209 registers) measured 4-13% slower at b = 2 (docs/PERF.md, session 38).
+// Splits whose partials a lane has in flight at once: 116 registers, 1.6% faster on
+// the small-batch set than one warp a head at 4 (144 registers) and 6% at V3.2 b = 2
+// (16 splits); one warp a head at 8 (209) measured 4-13% slower (docs/PERF.md, session 38).
 constexpr int kCombineSplitsInFlight = 8;
 
 // One CTA an SM at least, so that ptxas keeps a group's loads in flight together:
