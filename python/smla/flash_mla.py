@@ -68,8 +68,9 @@ def _fail(message):
     raise _C.Error(message)
 
 
-def _check_sched_meta(sched_meta, key, make_config):
-    """FlashMLA's rule: a FlashMLASchedMeta serves only calls with its first call's shapes."""
+def _check_sched_meta(sched_meta, key, device, make_config):
+    """FlashMLA's rule: a FlashMLASchedMeta serves only calls with its first call's shapes, and
+    (its token order lives there) on its first call's device."""
     if type(sched_meta) is not FlashMLASchedMeta:
         _fail(f"tile_scheduler_metadata: expected a FlashMLASchedMeta (from get_mla_metadata), got "
               f"{type(sched_meta).__name__}")
@@ -78,9 +79,13 @@ def _check_sched_meta(sched_meta, key, make_config):
         sched_meta.have_initialized = True
         sched_meta.config = make_config()
         sched_meta._smla_key = key
+        sched_meta._smla_device = device
     elif seen != key:
         _fail(f"tile_scheduler_metadata: expected the shapes of its first call {sched_meta.config}, got "
               f"{make_config()}; reuse a FlashMLASchedMeta only across calls with the same shapes")
+    elif sched_meta._smla_device != device:
+        _fail(f"tile_scheduler_metadata: expected q on the device of its first call, {sched_meta._smla_device}, "
+              f"got {device}; each device needs its own FlashMLASchedMeta")
 
 
 def _format_code(k_cache, name, is_fp8_kvcache, head_dim):
@@ -166,7 +171,7 @@ def flash_mla_with_kvcache(
     extra_topk = extra_indices_in_kvcache.shape[-1] if extra_indices_in_kvcache is not None else None
     extra_block = extra_k_cache.shape[1] if has_extra else None
     key = (shape, k_cache.shape[1], k_cache.shape[2], causal, is_fp8_kvcache, topk, extra_block, extra_topk)
-    _check_sched_meta(tile_scheduler_metadata, key, lambda: FlashMLASchedMeta.Config(
+    _check_sched_meta(tile_scheduler_metadata, key, q.device, lambda: FlashMLASchedMeta.Config(
         b, s_q, h_q, k_cache.shape[1], k_cache.shape[2], causal, is_fp8_kvcache, topk, extra_block, extra_topk))
     if not has_extra and (extra_indices_in_kvcache is not None or extra_topk_length is not None):
         _fail("extra_indices_in_kvcache / extra_topk_length: expected None without extra_k_cache")

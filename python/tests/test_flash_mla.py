@@ -128,6 +128,20 @@ def test_sched_meta_carries_the_step_token_order(rng):
         assert_permutation(fresh.token_order)
 
 
+@pytest.mark.skipif(not cuda_available(), reason="no CUDA device (or smla built without CUDA)")
+def test_sched_meta_serves_one_device(rng):
+    """A FlashMLASchedMeta holds its first call's token order on that call's device: a call on
+    another device with the same shapes is refused by name, not handed a buffer it cannot read."""
+    b, s_q = 2, 2
+    case = decode_case(rng, tokens=b * s_q, heads=8, length_group=s_q)
+    for first, second in (("cuda", "cpu"), ("cpu", "cuda")):
+        sched = flash_mla.get_mla_metadata()[0]
+        check_decode(case, b, s_q, *flash_mla_decode(case, b, s_q, first, sched=sched))
+        with pytest.raises(smla.Error, match="tile_scheduler_metadata: expected q on the device of its first call"):
+            flash_mla_decode(case, b, s_q, second, sched=sched)
+        check_decode(case, b, s_q, *flash_mla_decode(case, b, s_q, first, sched=sched))  # still serves its own
+
+
 def test_flash_mla_argument_checks(rng):
     case = decode_case(rng, tokens=2, heads=8, extra=False)
     q = to_torch(case["q"]).view(2, 1, 8, 512)
