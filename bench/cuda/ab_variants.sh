@@ -4,7 +4,9 @@
 #   bench/cuda/ab_variants.sh OUT_DIR VARIANT...
 # VARIANT is "NAME@DIR" (DIR's tree copied over src/cuda, subfolders included),
 # "NAME:FILE:SED" (the sed expression applied to src/cuda/FILE; consecutive arguments
-# of one NAME, e.g. a sed in each of two files, make one variant) or "NAME%VAR=VALUE ..."
+# of one NAME, e.g. a sed in each of two files, make one variant), "NAME+PATCH" (a
+# patch of files under src/cuda applied by git apply from the repository root, e.g.
+# bench/cuda/patches/*.patch) or "NAME%VAR=VALUE ..."
 # (the carried tree's binary run with those environment settings, e.g.
 # "nopair%SMLA_SM90_PAIR=off"; nothing is rebuilt). A rebuilt variant is built
 # incrementally (its benchmark binary kept aside) and its GPU tests run; then
@@ -66,7 +68,7 @@ cp build/gpu/bench/cuda/smla_bench_cuda "$binaries/current"
 timed=(current)
 rebuilt=0  # whether a variant's sources were built into build/gpu
 variants=("$@")
-name_of() { local v=$1; echo "${v%%[@:%]*}"; }
+name_of() { local v=$1; echo "${v%%[@:%+]*}"; }
 for ((k = 0; k < ${#variants[@]}; ++k)); do
   variant=${variants[k]}
   name=$(name_of "$variant")
@@ -76,24 +78,39 @@ for ((k = 0; k < ${#variants[@]}; ++k)); do
     timed+=("$name")
     continue
   fi
-  if [[ $kind != @ && $kind != : ]]; then
-    echo "$variant: not NAME@DIR, NAME:FILE:SED or NAME%VAR=VALUE" | tee -a "$out/ab.log"
+  if [[ $kind != @ && $kind != : && $kind != + ]]; then
+    echo "$variant: not NAME@DIR, NAME:FILE:SED, NAME+PATCH or NAME%VAR=VALUE" | tee -a "$out/ab.log"
     continue
   fi
   # This edit and those of the arguments right after it with the same name: one build.
+  unusable=0
   while :; do
     if [[ $kind == @ ]]; then
       cp -r "${variant#*@}"/. src/cuda/
+    elif [[ $kind == + ]]; then
+      patch_file=${variant#*+}
+      if grep -E '^\+\+\+ ' "$patch_file" | grep -vqE '^\+\+\+ b/src/cuda/'; then
+        echo "$name: $patch_file touches files outside src/cuda (only src/cuda is restored after a variant): skipped" |
+          tee -a "$out/ab.log"
+        unusable=1
+      elif ! git apply "$patch_file"; then
+        echo "$name: $patch_file does not apply: skipped" | tee -a "$out/ab.log"
+        unusable=1
+      fi
     else
       rest=${variant#*:}
       sed -i "${rest#*:}" "src/cuda/${rest%%:*}"
     fi
     next=${variants[k + 1]:-}
-    [[ -n $next && $(name_of "$next") == "$name" && ${next:${#name}:1} =~ ^[@:]$ ]] || break
+    [[ -n $next && $(name_of "$next") == "$name" && ${next:${#name}:1} =~ ^[@:+]$ ]] || break
     k=$((k + 1))
     variant=$next
     kind=${variant:${#name}:1}
   done
+  if [[ $unusable == 1 ]]; then
+    cp -r "$saved"/. src/cuda/
+    continue
+  fi
   rebuilt=1
   if build; then
     for test in "${ab_tests[@]}"; do
