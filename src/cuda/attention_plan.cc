@@ -330,6 +330,25 @@ int nominal_resident_clusters(const DeviceProperties& device, int ctas) {
   return device.multiprocessors / 18 * (16 / ctas);
 }
 
+// The device's count of resident clusters of `splits` CTAs of the variant's FP8
+// kernel, queried once per (device, rows, shared memory, splits): the occupancy
+// query is a driver call, and the plan runs on every call (choose_ring caches its
+// queries alike).
+cudaError_t resident_folded_clusters(const AttentionVariant& variant, LoaderKind kind, const DeviceProperties& device,
+                                     int smem_bytes, int splits, int* clusters) {
+  static std::mutex mutex;
+  static std::map<std::tuple<int, int, int, int, int>, int> cache;
+  const auto key = std::make_tuple(device.ordinal, static_cast<int>(kind), variant.rows, smem_bytes, splits);
+  std::lock_guard<std::mutex> lock(mutex);
+  if (auto found = cache.find(key); found != cache.end()) {
+    *clusters = found->second;
+    return cudaSuccess;
+  }
+  const cudaError_t error = variant.folded_clusters(smem_bytes, splits, clusters);
+  if (error == cudaSuccess) cache.emplace(key, *clusters);
+  return error;
+}
+
 // Whether the sm90 kernel of FP8 rows merges a split launch's partials in its
 // clusters (LaunchFlags::fold_splits): unless TuningOptions::sm90_fold_splits is
 // off, where the blocks are not CTA pairs and the splits of a block make a cluster
@@ -355,7 +374,8 @@ Status plan_folded_splits(KernelFamily family, const AttentionShape& shape, cons
   }
   int resident = nominal_resident_clusters(device, plan->num_splits);
   if (occupancy == Occupancy::kQueryDevice) {
-    const cudaError_t error = plan->variant.folded_clusters(plan->smem_bytes, plan->num_splits, &resident);
+    const cudaError_t error =
+        resident_folded_clusters(plan->variant, shape.kind, device, plan->smem_bytes, plan->num_splits, &resident);
     if (error != cudaSuccess) return cuda_failure("cluster occupancy query", error);
   }
   // Clusters past one wave wait for a whole cluster's SMs to free up (CONFIG1 b = 2: 8 clusters
