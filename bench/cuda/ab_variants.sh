@@ -40,6 +40,9 @@ for b in ${AB_B:-128}; do
   [[ $b == all ]] && b_arg=""
   for filter in ${AB_DECODE-CONFIG TP-h32 V3.2}; do cases+=("--no-prefill $cases_arg --filter $filter $b_arg"); done
 done
+# AB_MORE="FILE:LABEL ...": besides those, every b of LABEL in case file FILE (e.g.
+# "bench/cases/gpu_small_batch.json:SB-"), so one call times two case sets with one build of each variant.
+for more in ${AB_MORE:-}; do cases+=("--no-prefill --cases ${more%%:*} --filter ${more#*:}"); done
 [[ -n "${AB_PREFILL:-}" ]] && cases+=("--no-decode --filter $AB_PREFILL")
 declare -A settings  # NAME -> "VAR=VALUE ..." of a runtime-switch variant (its binary: current's)
 time_case() {  # NAME CASE: one case with that variant's binary and settings
