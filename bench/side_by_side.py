@@ -8,6 +8,9 @@ Each smla case is matched with the FlashMLA case that serves the same step:
   TP-hN -> TP_PAD64 (FlashMLA must pad a TP shard to 64 heads), same b;
   prefill PF-/PFD-V4-h64 -> PF_MODEL1_C1_h64_k512, PF-/PFD-V4-h128 -> PF_MODEL1_C2_h128_k1024,
   PF-/PFD-V32-h128 -> PF_V32_h128_k2048, PF-D512-hN -> PF_D512_hN_k2048, same s_kv (FlashMLA's bf16-workspace kernel alone).
+  A direct V4 case attends its 128 window keys too (640 / 1152 keys a token): where the peer's CSV
+  has a case of that many keys (PF_MODEL1_C1_h64_k640, PF_MODEL1_C2_h128_k1152: the harness copy
+  with those two case lines added, docs/PERF.md session 39) it is the match, else the k512 / k1024 one.
 Cases without a peer counterpart (MTP packing) keep peer_us null.
 Direct (PFD) cases also carry staging_us (smla's dequantize_and_gather of the bf16
 workspace a two-pass user fills first) and peer_two_pass_us = staging_us + peer_us:
@@ -29,6 +32,8 @@ DECODE_PEER = {"V3.2": "V32"}
 PREFILL_PEER = {"V4-h64": "PF_MODEL1_C1_h64_k512", "V4-h128": "PF_MODEL1_C2_h128_k1024",
                 "V32-h128": "PF_V32_h128_k2048", "D512-h64": "PF_D512_h64_k2048",
                 "D512-h128": "PF_D512_h128_k2048"}
+# Direct V4 cases: FlashMLA over as many keys a token (topk + the 128-key window), where the peer ran it.
+PREFILL_PEER_SAME_KEYS = {"PFD-V4-h64": "PF_MODEL1_C1_h64_k640", "PFD-V4-h128": "PF_MODEL1_C2_h128_k1152"}
 
 
 def decode_peer_case(label):
@@ -73,7 +78,9 @@ def side_by_side_cases(smla, peer):
                       "smla_tflops": r["tflops"], "peer_tflops": float(match["tflops"]) if match else None,
                       "peer_case": match["case"] if match else None})
     for r in smla.get("prefill", []):
-        match = peer.get(("prefill", prefill_peer_case(r["label"]), 1, int(r["s_kv"])))
+        match = peer.get(("prefill", PREFILL_PEER_SAME_KEYS.get(r["label"]), 1, int(r["s_kv"])))
+        if match is None:
+            match = peer.get(("prefill", prefill_peer_case(r["label"]), 1, int(r["s_kv"])))
         peer_tflops = float(match["tflops"]) if match else None
         cases.append({"kind": "prefill", "label": r["label"], "b": 1, "s_q": r["s_q"], "h_q": r["h_q"],
                       "s_kv": r["s_kv"], "smla_us": r["median_us"],

@@ -226,6 +226,7 @@ nlohmann::json run_case(const Case& c, const Options& o, std::uint64_t seed) {
   // ones, as a step's later layers would (FlashMLA's scheduler metadata is computed once, untimed);
   // SMLA_BENCH_TOKEN_ORDER=call times calls that order their tokens themselves.
   DeviceBuffer step_order(static_cast<std::size_t>(T) * sizeof(std::int32_t));
+  std::string plan;  // the timed call's AttentionPlan::describe()
   auto time_decode = [&](std::int64_t queries_per_request, std::size_t* bytes_used) {
     args.queries_per_request = queries_per_request;
     args.token_order = TensorView{};
@@ -240,6 +241,7 @@ nlohmann::json run_case(const Case& c, const Options& o, std::uint64_t seed) {
     PlannedAttention<SparseDecodeArgs> call(args);
     std::vector<float> runs = time_runs(o.warmup, o.runs, call);
     *bytes_used = call.plan().workspace_bytes();
+    plan = call.plan().describe();
     return runs;
   };
   std::size_t unpacked_workspace = 0;
@@ -281,7 +283,8 @@ nlohmann::json run_case(const Case& c, const Options& o, std::uint64_t seed) {
                            {"pct_copy_ceiling", 100.0 * gbps / (kMeasuredCopyTBps * 1e3)},
                            {"pct_gemm_ceiling", 100.0 * tflops / kMeasuredBf16Tflops}, {"flop", flop},
                            {"bytes", bytes}, {"workspace_bytes", workspace_bytes}, {"peer_us", c.peer_us},
-                           {"vs_peer_throughput", c.peer_us > 0 ? c.peer_us / median_us : 0.0}};
+                           {"vs_peer_throughput", c.peer_us > 0 ? c.peer_us / median_us : 0.0},
+                           {"plan", plan}};
   if (c.mtp) {
     result["packed"] = true;
     result["unpacked_us"] = unpacked_us;
@@ -470,6 +473,7 @@ int main_impl(int argc, char** argv) {
                 r["median_us"].get<double>(), r["tflops"].get<double>(), r["gbps"].get<double>(),
                 r["pct_copy_ceiling"].get<double>(), r["pct_gemm_ceiling"].get<double>(), c.peer_us,
                 r["vs_peer_throughput"].get<double>(), check.c_str());
+    std::printf("  plan %s\n", r["plan"].get<std::string>().c_str());
     if (c.mtp) {
       std::printf("  %-10s unpacked %9.2f us, packed/unpacked %.3f\n", "", r["unpacked_us"].get<double>(),
                   r["median_us"].get<double>() / r["unpacked_us"].get<double>());

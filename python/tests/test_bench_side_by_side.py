@@ -106,6 +106,18 @@ def test_prefill_cases_carry_both_shares_of_the_ceiling_and_the_two_pass_cost(do
     assert unmatched["peer_us"] is None and unmatched["peer_pct_gemm_ceiling"] is None
 
 
+def test_direct_v4_case_meets_the_peer_case_of_as_many_keys_where_there_is_one(tmp_path):
+    # PFD-V4-h64 attends 128 window keys + 512 compressed ones: 640 a token.
+    script = load_script()
+    peer_path = tmp_path / "peer.csv"
+    peer_path.write_text(PEER_CSV + "prefill,PF_MODEL1_C1_h64_k640,1,8192,650.0,535.0\n")
+    doc, _ = script.result_document(SMLA, script.read_peer(str(peer_path)), "abc1234", "2026-12-03")
+    direct = by_label(doc)["PFD-V4-h64"]
+    assert (direct["peer_case"], direct["peer_us"]) == ("PF_MODEL1_C1_h64_k640", 650.0)
+    assert direct["peer_two_pass_us"] == 670.0  # staging 20 + 650
+    assert by_label(doc)["PF-V4-h64"]["peer_us"] is None  # flat cases keep their k512 match (none at 16384)
+
+
 def test_summary_line_names_ratio_ceiling_and_two_pass(document):
     script = load_script()
     line = script.summary_line(by_label(document[0])["PFD-V4-h64"])
