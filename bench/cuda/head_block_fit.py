@@ -7,7 +7,10 @@ Each AB_LOG is a bench/cuda/ab_variants.sh log of decode cases whose variants fo
 head-block size (SMLA_SM90_HEAD_ROWS; "64u": 64 with SMLA_SM90_PAIR=off), e.g. the runs
 kept in bench/results/ab/. For every timing of an unpaired size it works out the plan's
 split (as `split_for` in attention_plan.cc does: blocks = tokens x head blocks, splits
-as many as one wave of `--slots` CTAs and the tiles allow), then fits by least squares
+as many as one wave of `--slots` CTAs and the tiles allow); where the log has the plan
+line the benchmark prints after each case (since 96bbdfb), the plan's own head blocks,
+splits and CTA pairs are taken instead, and a case that differs from the recomputed split is
+listed. Then it fits by least squares
 
   time = c0 + c1 x tiles a split + c2 x (live heads a block / 64) + c3 x (CTAs / slots) + c4 x splits
 
@@ -21,6 +24,7 @@ import argparse
 import collections
 import json
 import os
+import re
 import statistics
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -49,9 +53,23 @@ def split_for(tokens, heads, rows, tiles, slots):
     return blocks * splits, per_split, splits
 
 
-def features(tokens, heads, rows, tiles, slots):
+def features(tokens, heads, rows, tiles, slots, plan=None):
     ctas, per_split, splits = split_for(tokens, heads, rows, tiles, slots)
+    if plan is not None:  # (head blocks, splits) the benchmark ran
+        splits = plan[1]
+        ctas, per_split = tokens * plan[0] * splits, (tiles + splits - 1) // splits
     return [1.0, per_split, min(rows, heads) / MAX_TILE_ROWS, ctas / slots, splits], splits
+
+
+PLAN = re.compile(r"x (\d+) head blocks(?: of (\d+) heads)?, (\d+) splits")
+
+
+def read_plan(line):
+    """(head blocks, splits, CTA pairs, folded) of a benchmark plan line, or None."""
+    match = PLAN.search(line)
+    if match is None:
+        return None
+    return int(match.group(1)), int(match.group(3)), "CTA pairs" in line, "merged in their cluster" in line
 
 
 def solve(rows, values):
@@ -85,18 +103,30 @@ def main():
     shapes = load_shapes(args.cases)
 
     times = collections.defaultdict(list)  # (log, label, b, variant) -> us
+    plans = {}  # the same key -> read_plan of the plan line after its timing
     for log in args.logs:
+        last = {}  # variant -> the key of its latest timing
         for line in open(log):
             f = line.split()
             if len(f) >= 6 and f[0] in sizes and f[2].isdigit() and (f[1], int(f[2])) in shapes:
-                times[(log, f[1], int(f[2]), f[0])].append(float(f[5]))
+                last[f[0]] = (log, f[1], int(f[2]), f[0])
+                times[last[f[0]]].append(float(f[5]))
+            elif len(f) >= 3 and f[1] == "plan" and f[0] in last:
+                plan = read_plan(line)
+                if plan is not None:
+                    plans[last.pop(f[0])] = plan
     samples, cases = [], collections.defaultdict(dict)
-    for (log, label, b, name), values in times.items():
+    for key, values in times.items():
+        log, label, b, name = key
         tokens, heads, tiles = shapes[(label, b)]
         rows, unpaired = sizes[name]
-        if heads > MAX_TILE_ROWS and rows == MAX_TILE_ROWS and not unpaired:
+        plan = plans.get(key)
+        paired = plan[2] if plan is not None else heads > MAX_TILE_ROWS and rows == MAX_TILE_ROWS and not unpaired
+        if paired:
             continue  # CTA pairs
-        x, _ = features(tokens, heads, rows, tiles, args.slots)
+        if plan is not None and plan[1] != split_for(tokens, heads, rows, tiles, args.slots)[2]:
+            print(f"{label} b={b} {name}: the plan ran {plan[0]} blocks x {plan[1]} splits, not the recomputed split")
+        x, _ = features(tokens, heads, rows, tiles, args.slots, plan[:2] if plan is not None else None)
         samples.append((x, statistics.median(values)))
         cases[(log, label, b)][rows] = statistics.median(values)
     c = solve([x for x, _ in samples], [y for _, y in samples])

@@ -402,7 +402,9 @@ Expected<AttentionPlan> plan_attention(KernelFamily family, const AttentionShape
   AttentionPlan plan;
   // A CTA pair shares the expansion of FP8 rows; bf16 rows are only copied, and each
   // CTA copying its own measured 3-4% faster than a pair's extra hop (docs/PERF.md).
-  plan.flags = LaunchFlags{tuning.sm90_pair_head_blocks && !rows_stored_as_bf16(shape.kind), tuning.sm90_token_major};
+  // (Only the sm90 kernel pairs: the portable one's plan says so too.)
+  plan.flags = LaunchFlags{family == KernelFamily::kSm90 && tuning.sm90_pair_head_blocks && !rows_stored_as_bf16(shape.kind),
+                           tuning.sm90_token_major};
   int rows = kMaxTileRows;
   if (family == KernelFamily::kSm90) {
     plan.variant = sm90_attention_variant(shape.kind);

@@ -145,6 +145,7 @@ std::string plan_description(const PlanState& state) {
                                  plan.variant.rows, plan.head_blocks, block_heads, plan.num_splits, plan.kv_stages,
                                  plan.k_buffers, plan.smem_bytes);
   if (plan.pack_tokens > 1) text += fmt::format(", {} tokens packed per CTA", plan.pack_tokens);
+  if (cuda::runs_as_pairs(plan.flags, plan.head_blocks, plan.head_block_rows)) text += ", CTA pairs";
   if (plan.prefetch_rows) text += ", L2 prefetch";
   if (plan.flags.fold_splits) text += ", splits merged in their cluster";
   if (plan.order_tokens) text += ", tokens longest first when lengths are passed";

@@ -213,11 +213,8 @@ TEST(CudaSparseDecode, RejectsTensorsOfAnotherDevice) {
 // Without touching a device: a validating context of a nominal H100 checks the
 // arguments, selects and plans as on that card, and runs nothing. Runs on
 // machines without a GPU too.
-TEST(CudaSparseDecode, ValidatingContextPlansForANominalH100) {
-  auto context = Context::create_validating(Backend::kCuda, testing::nominal_h100());
-  ASSERT_TRUE(IsOk(context.status()));
-  testkit::DecodeCase c = testkit::make_decode_case(small_v4_case());
-  SparseDecodeArgs args = c.args();
+// A host case's arguments labelled as on CUDA device 0, for a validating context (nothing runs).
+SparseDecodeArgs labelled_cuda0(SparseDecodeArgs args) {
   const Device cuda0{DeviceKind::kCuda, 0};
   for (TensorView* view : {&args.q, &args.main_indices, &args.main_lengths, &args.extra_indices, &args.extra_lengths,
                            &args.sink, &args.out, &args.lse}) {
@@ -225,6 +222,21 @@ TEST(CudaSparseDecode, ValidatingContextPlansForANominalH100) {
   }
   args.main_cache.pages.device = cuda0;
   if (args.extra_cache.has_value()) args.extra_cache->pages.device = cuda0;
+  return args;
+}
+
+bool build_has_sm90_decode() {
+  for (const Implementation& row : implementations()) {
+    if (row.name == "cuda.sm90" && row.op == Op::kSparseDecode) return true;
+  }
+  return false;
+}
+
+TEST(CudaSparseDecode, ValidatingContextPlansForANominalH100) {
+  auto context = Context::create_validating(Backend::kCuda, testing::nominal_h100());
+  ASSERT_TRUE(IsOk(context.status()));
+  testkit::DecodeCase c = testkit::make_decode_case(small_v4_case());
+  SparseDecodeArgs args = labelled_cuda0(c.args());
 
   auto plan = plan_sparse_decode(*context, args);
   ASSERT_TRUE(IsOk(plan.status()));
@@ -243,6 +255,36 @@ TEST(CudaSparseDecode, ValidatingContextPlansForANominalH100) {
   SparseDecodeArgs other_device = args;  // device indices are checked where the call would run
   other_device.out.device = Device{DeviceKind::kCuda, 1};
   EXPECT_FALSE(sparse_decode(*context, other_device).ok());
+}
+
+// What a plan's description says of CTA pairs (benchmark logs read it): the two 64-head
+// blocks of an h_q 128 token pair up on the sm90 kernel of FP8 rows, unsplit; h_q 64 has one
+// block; the portable kernel never pairs.
+TEST(CudaSparseDecode, PlanDescriptionNamesCtaPairs) {
+  auto context = Context::create_validating(Backend::kCuda, testing::nominal_h100());
+  ASSERT_TRUE(IsOk(context.status()));
+  auto describe = [&](std::int64_t heads, const Context& on) {
+    testkit::DecodeCaseOptions o = small_v4_case();
+    o.num_heads = heads;
+    o.num_requests = 80;  // 160 tokens: 320 CTAs of 64 heads at h_q 128, more than a wave, so unsplit
+    testkit::DecodeCase c = testkit::make_decode_case(o);
+    auto plan = plan_sparse_decode(on, labelled_cuda0(c.args()));
+    EXPECT_TRUE(IsOk(plan.status()));
+    return plan.ok() ? plan->describe() : std::string();
+  };
+  if (build_has_sm90_decode()) {
+    const std::string paired = describe(128, *context);
+    EXPECT_NE(paired.find("cuda.sm90"), std::string::npos) << paired;
+    EXPECT_NE(paired.find(", CTA pairs"), std::string::npos) << paired;
+    const std::string h64 = describe(64, *context);
+    EXPECT_EQ(h64.find("CTA pairs"), std::string::npos) << h64;
+  }
+  TuningOptions portable_only;
+  portable_only.implementation = "cuda.portable";
+  auto portable_context = Context::create_validating(Backend::kCuda, testing::nominal_h100(), portable_only);
+  ASSERT_TRUE(IsOk(portable_context.status()));
+  const std::string portable = describe(128, *portable_context);
+  EXPECT_EQ(portable.find("CTA pairs"), std::string::npos) << portable;
 }
 
 TEST(CudaSparsePrefill, FlatBf16WorkspaceMatchesReference) {
