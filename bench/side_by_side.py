@@ -10,7 +10,8 @@ Each smla case is matched with the FlashMLA case that serves the same step:
   PF-/PFD-V32-h128 -> PF_V32_h128_k2048, PF-D512-hN -> PF_D512_hN_k2048, same s_kv (FlashMLA's bf16-workspace kernel alone).
   A direct V4 case attends its 128 window keys too (640 / 1152 keys a token): where the peer's CSV
   has a case of that many keys (PF_MODEL1_C1_h64_k640, PF_MODEL1_C2_h128_k1152: the harness copy
-  with those two case lines added, docs/PERF.md session 39) it is the match, else the k512 / k1024 one.
+  with those two case lines added by bench/peer_same_keys.py, which scripts/gpu-check.sh runs) it is
+  the match, else the k512 / k1024 one.
 Cases without a peer counterpart (MTP packing) keep peer_us null.
 Direct (PFD) cases also carry staging_us (smla's dequantize_and_gather of the bf16
 workspace a two-pass user fills first) and peer_two_pass_us = staging_us + peer_us:

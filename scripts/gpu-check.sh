@@ -12,7 +12,8 @@
 # for the build dependencies the GPU machine lacks: they are unpacked under /tmp/smla-deps
 # and used from there, nothing is installed system-wide; scripts/gpu-deps.sh fills such a folder),
 # SMLA_GPU_PEER=1 (with ../shared/peer copied to .peer: build FlashMLA's harness beside ours and run its
-# decode and prefill sets after our benchmark, in the same call; $OUT/flashmla_peer.csv; then
+# decode and prefill sets after our benchmark, in the same call, with two prefill cases added to the copy's
+# list by bench/peer_same_keys.py, FlashMLA over the keys of smla's direct V4 cases; $OUT/flashmla_peer.csv; then
 # bench/side_by_side.py writes the bench/results JSON from gpu_bench.json and that CSV),
 # SMLA_SKIP_PYTHON=1 (skip the Python package: build smla._C for the machine's python3, run
 # python/tests on the GPU, the example and bench/python/host_overhead.py).
@@ -48,6 +49,8 @@ fi
 peer_build_pid=
 if [[ "${SMLA_GPU_PEER:-0}" == 1 ]]; then
   [[ -f .peer/run.sh ]] || { echo "SMLA_GPU_PEER=1 needs .peer (cp -r ../shared/peer .peer, carried)"; exit 1; }
+  # The direct V4 prefill cases' peer over as many keys (window + top-k), in the harness copy only.
+  python3 bench/peer_same_keys.py .peer/harness/bench_flashmla.cu || status=1
   step "building the peer (FlashMLA harness) in the background"
   BUILD_ONLY=1 OUT=/tmp/peer-build bash .peer/run.sh >/tmp/peer-build.log 2>&1 &
   peer_build_pid=$!

@@ -140,3 +140,33 @@ def test_main_writes_the_file(tmp_path, monkeypatch, capsys):
     written = json.loads((out / "2026-12-03-nvidia-h200-abc1234.json").read_text())
     assert by_label(written)["TP-h8"]["peer_us"] == 52.5
     assert str(out / "2026-12-03-nvidia-h200-abc1234.json") in capsys.readouterr().out
+
+
+def load_peer_same_keys():
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "peer_same_keys.py")
+    spec = importlib.util.spec_from_file_location("peer_same_keys", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_peer_same_keys_adds_the_two_cases_once(tmp_path, monkeypatch):
+    script = load_peer_same_keys()
+    harness = tmp_path / "bench_flashmla.cu"
+    v4_h128 = '    for (int s : {8192}) v.push_back({"PF_MODEL1_C2_h128_k1024", 4096, 128, 512, 1024, s});\n'
+    harness.write_text("std::vector<PrefillSpec> v;\n" + v4_h128 + "return v;\n")
+    monkeypatch.setattr(sys, "argv", ["peer_same_keys.py", str(harness)])
+    assert script.main() == 0
+    text = harness.read_text()
+    assert text.index(v4_h128) < text.index('"PF_MODEL1_C1_h64_k640", 4096, 64, 512, 640, s}')
+    assert '"PF_MODEL1_C2_h128_k1152", 4096, 128, 512, 1152, s}' in text
+    assert script.main() == 0 and harness.read_text() == text  # a second run changes nothing
+
+
+def test_peer_same_keys_leaves_an_unexpected_harness_alone(tmp_path, monkeypatch):
+    script = load_peer_same_keys()
+    harness = tmp_path / "bench_flashmla.cu"
+    harness.write_text("no case list here\n")
+    monkeypatch.setattr(sys, "argv", ["peer_same_keys.py", str(harness)])
+    assert script.main() == 1
+    assert harness.read_text() == "no case list here\n"
