@@ -24,6 +24,18 @@ Status cuda_failure(const char* what, cudaError_t error) {
   return internal_error(fmt::format("cuda: {} failed: {}", what, cudaGetErrorString(error)));
 }
 
+// A device query's answer, computed once per key for the process: the plan runs on
+// every call, and the occupancy queries are driver calls. `query` returns an
+// Expected<Value>; a failure is returned and not kept.
+template <class Key, class Value, class Query>
+Expected<Value> query_once(std::mutex& mutex, std::map<Key, Value>& cache, const Key& key, const Query& query) {
+  std::lock_guard<std::mutex> lock(mutex);
+  if (auto found = cache.find(key); found != cache.end()) return found->second;
+  Expected<Value> answer = query();
+  if (answer) cache.emplace(key, *answer);
+  return answer;
+}
+
 struct RingChoice {
   int stages = 1;
   int k_buffers = 1;
@@ -44,27 +56,26 @@ Expected<RingChoice> choose_ring(const AttentionVariant& variant, LoaderKind kin
   static std::map<std::tuple<int, int, int, int, int, int>, RingChoice> cache;
   const auto key = std::make_tuple(device.ordinal, static_cast<int>(kind), variant.rows, variant.fixed_smem_bytes,
                                    static_cast<int>(occupancy), device.shared_memory_per_block);
-  std::lock_guard<std::mutex> lock(mutex);
-  if (auto found = cache.find(key); found != cache.end()) return found->second;
-  RingChoice best;
-  auto rank = [](const RingChoice& c) {
-    return std::make_tuple(c.blocks_per_sm, c.k_buffers, c.blocks_per_sm * c.stages);
-  };
-  for (int k_buffers = 1; k_buffers <= 2; ++k_buffers) {
-    for (int stages = 1; stages <= kMaxKvStages; ++stages) {
-      const int smem = variant.smem_bytes(stages, k_buffers);
-      if (smem > device.shared_memory_per_block) break;
-      int blocks = device.shared_memory_per_block / smem;
-      if (occupancy == Occupancy::kQueryDevice) {
-        const cudaError_t error = variant.blocks_per_sm(smem, &blocks);
-        if (error != cudaSuccess) return cuda_failure("occupancy query", error);
+  return query_once(mutex, cache, key, [&]() -> Expected<RingChoice> {
+    RingChoice best;
+    auto rank = [](const RingChoice& c) {
+      return std::make_tuple(c.blocks_per_sm, c.k_buffers, c.blocks_per_sm * c.stages);
+    };
+    for (int k_buffers = 1; k_buffers <= 2; ++k_buffers) {
+      for (int stages = 1; stages <= kMaxKvStages; ++stages) {
+        const int smem = variant.smem_bytes(stages, k_buffers);
+        if (smem > device.shared_memory_per_block) break;
+        int blocks = device.shared_memory_per_block / smem;
+        if (occupancy == Occupancy::kQueryDevice) {
+          const cudaError_t error = variant.blocks_per_sm(smem, &blocks);
+          if (error != cudaSuccess) return cuda_failure("occupancy query", error);
+        }
+        const RingChoice candidate{stages, k_buffers, blocks};
+        if (rank(candidate) > rank(best)) best = candidate;
       }
-      const RingChoice candidate{stages, k_buffers, blocks};
-      if (rank(candidate) > rank(best)) best = candidate;
     }
-  }
-  cache.emplace(key, best);
-  return best;
+    return best;
+  });
 }
 
 std::size_t partial_out_bytes(const AttentionPlan& plan, std::int64_t tokens, std::int64_t heads) {
@@ -331,22 +342,18 @@ int nominal_resident_clusters(const DeviceProperties& device, int ctas) {
 }
 
 // The device's count of resident clusters of `splits` CTAs of the variant's FP8
-// kernel, queried once per (device, rows, shared memory, splits): the occupancy
-// query is a driver call, and the plan runs on every call (choose_ring caches its
-// queries alike).
-cudaError_t resident_folded_clusters(const AttentionVariant& variant, LoaderKind kind, const DeviceProperties& device,
-                                     int smem_bytes, int splits, int* clusters) {
+// kernel, queried once per (device, rows, shared memory, splits), as choose_ring's queries.
+Expected<int> resident_folded_clusters(const AttentionVariant& variant, LoaderKind kind, const DeviceProperties& device,
+                                       int smem_bytes, int splits) {
   static std::mutex mutex;
   static std::map<std::tuple<int, int, int, int, int>, int> cache;
   const auto key = std::make_tuple(device.ordinal, static_cast<int>(kind), variant.rows, smem_bytes, splits);
-  std::lock_guard<std::mutex> lock(mutex);
-  if (auto found = cache.find(key); found != cache.end()) {
-    *clusters = found->second;
-    return cudaSuccess;
-  }
-  const cudaError_t error = variant.folded_clusters(smem_bytes, splits, clusters);
-  if (error == cudaSuccess) cache.emplace(key, *clusters);
-  return error;
+  return query_once(mutex, cache, key, [&]() -> Expected<int> {
+    int clusters = 0;
+    const cudaError_t error = variant.folded_clusters(smem_bytes, splits, &clusters);
+    if (error != cudaSuccess) return cuda_failure("cluster occupancy query", error);
+    return clusters;
+  });
 }
 
 // Whether the sm90 kernel of FP8 rows merges a split launch's partials in its
@@ -374,9 +381,8 @@ Status plan_folded_splits(KernelFamily family, const AttentionShape& shape, cons
   }
   int resident = nominal_resident_clusters(device, plan->num_splits);
   if (occupancy == Occupancy::kQueryDevice) {
-    const cudaError_t error =
-        resident_folded_clusters(plan->variant, shape.kind, device, plan->smem_bytes, plan->num_splits, &resident);
-    if (error != cudaSuccess) return cuda_failure("cluster occupancy query", error);
+    SMLA_ASSIGN_OR_RETURN(resident,
+                          resident_folded_clusters(plan->variant, shape.kind, device, plan->smem_bytes, plan->num_splits));
   }
   // Clusters past one wave wait for a whole cluster's SMs to free up (CONFIG1 b = 2: 8 clusters
   // of 10, 39% slower than the combine launch, docs/PERF.md, session 36).
